@@ -1,0 +1,113 @@
+package api
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/errors.md from the catalogue")
+
+// The catalogue must hold every code of spec 000, each once, with a name
+// and a stream code.
+func TestCatalogueComplete(t *testing.T) {
+	spec := map[Code]string{
+		-32700: "PARSE_ERROR", -32600: "INVALID_REQUEST", -32601: "METHOD_NOT_FOUND", -32602: "INVALID_PARAMS",
+		-32603: "INTERNAL_ERROR", -32000: "APP_NOT_FOUND", -32001: "SURFACE_NOT_FOUND", -32002: "ELEMENT_NOT_FOUND",
+		-32003: "ACTION_NOT_SUPPORTED", -32004: "PERMISSION_DENIED", -32005: "CONFIRMATION_REQUIRED",
+		-32006: "CONFIRMATION_DENIED", -32007: "CONFIRMATION_EXPIRED", -32008: "TARGET_AMBIGUOUS",
+		-32009: "EXECUTION_TIMEOUT", -32010: "APP_UNRESPONSIVE", -32011: "NO_ATSPI2_SUPPORT",
+		-32012: "INPUT_SIMULATION_FAILED", -32015: "CAPABILITY_NOT_FOUND", -32016: "MANIFEST_INVALID",
+		-32017: "MANIFEST_SIGNATURE_INVALID", -32018: "RATE_LIMITED", -32019: "CAPTURE_FAILED",
+		-32020: "TEXT_TOO_LARGE", -32025: "WINE_BRIDGE_ERROR",
+	}
+	cat := Catalogue()
+	if len(cat) != len(spec) {
+		t.Errorf("catalogue has %d entries, spec 000 has %d", len(cat), len(spec))
+	}
+	for code, name := range spec {
+		info, ok := code.Info()
+		if !ok || info.Name != name {
+			t.Errorf("code %d: got %q (known %v), want %q", code, info.Name, ok, name)
+		}
+		switch info.StreamCode {
+		case 400, 403, 404, 409, 429, 500, 504:
+		default:
+			t.Errorf("%s: stream code %d is not one of the documented codes", name, info.StreamCode)
+		}
+	}
+}
+
+func TestErrorIsComparesCodes(t *testing.T) {
+	err := fmt.Errorf("wrapped: %w", Errorf(CodeRateLimited, map[string]any{"retry_after_ms": 10}, "slow down"))
+	if !errors.Is(err, ErrRateLimited) {
+		t.Error("errors.Is should match by code through wrapping")
+	}
+	if errors.Is(err, ErrAppNotFound) {
+		t.Error("errors.Is matched a different code")
+	}
+	if got := AsError(errors.New("x")).Code; got != CodeInternalError {
+		t.Errorf("AsError of a plain error = %v, want INTERNAL_ERROR", got)
+	}
+}
+
+// docs/errors.md is generated from the catalogue; this test keeps it in
+// step (run with -update to regenerate).
+func TestErrorDocInSync(t *testing.T) {
+	const path = "../docs/errors.md"
+	var b strings.Builder
+	b.WriteString(`# Error catalogue
+
+Generated from ` + "`api/errors.go`" + ` by ` + "`go test ./api -update`" + `; do not edit by hand.
+
+Every PCP error has one entry here, used by every face. The JSON-RPC face
+(spec 000) sends ` + "`code`" + `, ` + "`message`" + ` and ` + "`data`" + `. The framed stream face
+(spec 001) sends the stream code in its ErrorResponse and carries the
+JSON-RPC code and the data alongside, so nothing is lost on either face.
+Where spec 001's five codes (400, 404, 429, 500, 504) have no fitting
+entry, 403 (refused by policy or by the user) and 409 (ambiguous target)
+are added.
+
+| JSON-RPC code | name | stream code | default message |
+|---:|---|---:|---|
+`)
+	for _, e := range Catalogue() {
+		fmt.Fprintf(&b, "| %d | `%s` | %d | %s |\n", e.Code, e.Name, e.StreamCode, e.Message)
+	}
+	b.WriteString(`
+## What ` + "`data`" + ` carries
+
+| error | data members |
+|---|---|
+| ` + "`PARSE_ERROR`, `INVALID_REQUEST`" + ` | ` + "`limit`, `size`" + ` for an oversized line; otherwise none (the message says what is wrong) |
+| ` + "`METHOD_NOT_FOUND`" + ` | ` + "`method`" + ` |
+| ` + "`INVALID_PARAMS`" + ` | ` + "`field`" + `: the parameter's path, e.g. ` + "`params.text`, `event_types[0]`, `tier`" + ` |
+| ` + "`APP_NOT_FOUND`" + ` | ` + "`app_id`; `running: false`" + ` when the app is registered but not connected |
+| ` + "`SURFACE_NOT_FOUND`" + ` | ` + "`surface_id`" + ` |
+| ` + "`ELEMENT_NOT_FOUND`" + ` | ` + "`element_id`" + ` (from the adapter) |
+| ` + "`PERMISSION_DENIED`" + ` | ` + "`app_id`, `revoked`, `reason`" + ` for a revoked app; ` + "`method`, `required_role`" + ` for a user-only method; ` + "`capability_id`, `trust_level`" + ` for a ` + "`deny`" + ` capability |
+| ` + "`CONFIRMATION_REQUIRED`" + ` | ` + "`capability_id`, `confirmation_type`, `undo_window_ms`, `description`" + ` |
+| ` + "`EXECUTION_TIMEOUT`" + ` | ` + "`capability_id`, `timeout_ms`" + ` |
+| ` + "`APP_UNRESPONSIVE`" + ` | ` + "`app_id`, `reason`" + ` |
+| ` + "`CAPABILITY_NOT_FOUND`" + ` | ` + "`capability_id`, `app_id`" + ` |
+| ` + "`MANIFEST_INVALID`" + ` | ` + "`app_id`, `capability`, `field`" + ` (a JSON path into the manifest) |
+| ` + "`MANIFEST_SIGNATURE_INVALID`" + ` | ` + "`app_id`" + ` |
+`)
+	want := b.String()
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./api -update)", err)
+	}
+	if string(got) != want {
+		t.Errorf("%s is out of date with the catalogue; run go test ./api -update", path)
+	}
+}

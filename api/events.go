@@ -1,0 +1,55 @@
+package api
+
+// Event types the daemon publishes. A subscriber names them in
+// subscribe.events; "*" subscribes to every type.
+const (
+	EventCapabilityRegistered   = "capability.registered"
+	EventCapabilityUnregistered = "capability.unregistered"
+	EventCapabilityInvoked      = "capability.invoked"
+	EventAppConnected           = "app.connected"
+	EventAppDisconnected        = "app.disconnected"
+	EventAppRevoked             = "app.revoked"
+	EventAppAllowed             = "app.allowed"
+	EventAdapterRegistered      = "adapter.registered"
+
+	// Events adapters emit.
+	EventSurfaceCreated         = "surface.created"
+	EventSurfaceDestroyed       = "surface.destroyed"
+	EventSurfaceFocusChanged    = "surface.focus_changed"
+	EventSurfaceTitleChanged    = "surface.title_changed"
+	EventElementStateChanged    = "element.state_changed"
+	EventElementValueChanged    = "element.value_changed"
+	EventElementChildrenChanged = "element.children_changed"
+
+	// EventAll matches every event type.
+	EventAll = "*"
+)
+
+// EventTypes lists every event type the daemon knows, sorted.
+var EventTypes = []string{
+	EventAdapterRegistered,
+	EventAppAllowed,
+	EventAppConnected,
+	EventAppDisconnected,
+	EventAppRevoked,
+	EventCapabilityInvoked,
+	EventCapabilityRegistered,
+	EventCapabilityUnregistered,
+	EventElementChildrenChanged,
+	EventElementStateChanged,
+	EventElementValueChanged,
+	EventSurfaceCreated,
+	EventSurfaceDestroyed,
+	EventSurfaceFocusChanged,
+	EventSurfaceTitleChanged,
+}
+
+// KnownEventType reports whether t is an event type the daemon publishes.
+func KnownEventType(t string) bool {
+	for _, e := range EventTypes {
+		if e == t {
+			return true
+		}
+	}
+	return false
+}

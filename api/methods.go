@@ -1,0 +1,63 @@
+// Package api is PCP's wire contract: method names, parameter and result
+// types, event types and the error catalogue. It imports only the standard
+// library so that the daemon, the Go client, the app SDK and every protocol
+// face share one definition.
+package api
+
+// Methods of spec 000, sorted.
+const (
+	MethodHealthCheck         = "health.check"
+	MethodInvokeAction        = "invoke.action"
+	MethodInvokeCapability    = "invoke.capability"
+	MethodQueryCapabilities   = "query.capabilities"
+	MethodQueryElements       = "query.elements"
+	MethodQuerySessionContext = "query.session_context"
+	MethodQuerySurface        = "query.surface"
+	MethodRegisterAdapter     = "register.adapter"
+	MethodRegisterCapability  = "register.capability"
+	MethodRevokeApp           = "revoke.app"
+	MethodSubscribeEvents     = "subscribe.events"
+	MethodUnsubscribeEvents   = "unsubscribe.events"
+)
+
+// SpecMethods lists the methods spec 000 defines, sorted.
+var SpecMethods = []string{
+	MethodHealthCheck,
+	MethodInvokeAction,
+	MethodInvokeCapability,
+	MethodQueryCapabilities,
+	MethodQueryElements,
+	MethodQuerySessionContext,
+	MethodQuerySurface,
+	MethodRegisterAdapter,
+	MethodRegisterCapability,
+	MethodRevokeApp,
+	MethodSubscribeEvents,
+	MethodUnsubscribeEvents,
+}
+
+// PCP extensions to spec 000. They live in their own namespaces so that
+// they can never collide with a spec method.
+const (
+	// MethodAppsList lists registered applications with their state.
+	MethodAppsList = "apps.list"
+	// MethodAppsAllow lifts a revocation. User role only.
+	MethodAppsAllow = "apps.allow"
+	// MethodAuditTail returns the most recent audit entries.
+	MethodAuditTail = "audit.tail"
+	// MethodAuditVerify walks the audit chain as stored on disk.
+	MethodAuditVerify = "audit.verify"
+	// MethodEventsHistory returns recent events from the journal.
+	MethodEventsHistory = "events.history"
+	// MethodSessionAuthenticate presents the bearer token on TCP.
+	MethodSessionAuthenticate = "session.authenticate"
+)
+
+// Notifications the daemon sends that are not event types.
+const (
+	// NotifyEventsLost tells a subscriber that its queue overflowed.
+	NotifyEventsLost = "events.lost"
+	// NotifySubscriptionEnded tells a subscriber its subscription was
+	// terminated by the daemon (the app was revoked, say).
+	NotifySubscriptionEnded = "subscription.ended"
+)

@@ -1,0 +1,408 @@
+package api
+
+import "encoding/json"
+
+// InvocationSource identifies who initiated an invocation (spec 000).
+type InvocationSource string
+
+// SourceSystemIntelligence is the AI agent; today the only source.
+const SourceSystemIntelligence InvocationSource = "SystemIntelligence"
+
+// Valid reports whether s is a source spec 000 defines.
+func (s InvocationSource) Valid() bool { return s == SourceSystemIntelligence }
+
+// Trust levels of a capability.
+const (
+	TrustAuto    = "auto"
+	TrustConfirm = "confirm"
+	TrustDeny    = "deny"
+)
+
+// Parameter types a manifest may declare.
+const (
+	TypeString  = "string"
+	TypeInteger = "integer"
+	TypeNumber  = "number"
+	TypeBoolean = "boolean"
+	TypeObject  = "object"
+	TypeArray   = "array"
+	TypeAny     = "any"
+)
+
+// Manifest is a capability manifest as registered (spec 000, extended with
+// optional descriptive fields).
+type Manifest struct {
+	// AppID, when present, must equal the registering app id; being
+	// inside the signed object, it binds the signature to that app.
+	AppID        string           `json:"app_id,omitempty"`
+	Version      string           `json:"version"`
+	Capabilities []CapabilityDecl `json:"capabilities"`
+	Signature    string           `json:"signature"`
+	Publisher    string           `json:"publisher,omitempty"`
+	Description  string           `json:"description,omitempty"`
+}
+
+// CapabilityDecl is one capability in a manifest.
+type CapabilityDecl struct {
+	Name        string      `json:"name"`
+	Tier        int         `json:"tier"`
+	TrustLevel  string      `json:"trust_level"`
+	Description string      `json:"description,omitempty"`
+	Parameters  []ParamDecl `json:"parameters,omitempty"`
+	// ConfirmationType names the kind of action for confirmation prompts
+	// ("send", "delete", ...).
+	ConfirmationType string `json:"confirmation_type,omitempty"`
+	// UndoWindowMS is how long an approved action waits before it runs.
+	UndoWindowMS int64 `json:"undo_window_ms,omitempty"`
+	// TimeoutMS overrides the default execution timeout.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// ParamDecl is one typed parameter of a capability.
+type ParamDecl struct {
+	Name        string `json:"name"`
+	Type        string `json:"type"`
+	Description string `json:"description,omitempty"`
+	// Required defaults to true: a declared parameter must be given
+	// unless the manifest says "required": false.
+	Required *bool `json:"required,omitempty"`
+}
+
+// IsRequired reports whether the parameter must be present.
+func (p ParamDecl) IsRequired() bool { return p.Required == nil || *p.Required }
+
+// RegisterCapabilityParams are the parameters of register.capability.
+type RegisterCapabilityParams struct {
+	AppID    string          `json:"app_id"`
+	Manifest json.RawMessage `json:"manifest"`
+	// Serve, when true (the default for a connection that registers), says
+	// the registering connection serves invocations of these capabilities.
+	Serve *bool `json:"serve,omitempty"`
+}
+
+// RegisterCapabilityResult is the result of register.capability.
+type RegisterCapabilityResult struct {
+	Registered    bool     `json:"registered"`
+	CapabilityIDs []string `json:"capability_ids"`
+}
+
+// RegisterAdapterParams are the parameters of register.adapter.
+type RegisterAdapterParams struct {
+	SurfaceType    string `json:"surface_type"`
+	AdapterID      string `json:"adapter_id"`
+	SupportedTiers []int  `json:"supported_tiers"`
+}
+
+// RegisterAdapterResult is the result of register.adapter.
+type RegisterAdapterResult struct {
+	Bound     bool   `json:"bound"`
+	AdapterID string `json:"adapter_id"`
+}
+
+// QueryCapabilitiesParams are the parameters of query.capabilities.
+type QueryCapabilitiesParams struct {
+	AppID string `json:"app_id,omitempty"`
+	Tier  *int   `json:"tier,omitempty"`
+}
+
+// Capability is a registered capability as queries return it.
+type Capability struct {
+	ID               string      `json:"id"`
+	Name             string      `json:"name"`
+	Tier             int         `json:"tier"`
+	TrustLevel       string      `json:"trust_level"`
+	AppID            string      `json:"app_id"`
+	Description      string      `json:"description,omitempty"`
+	Parameters       []ParamDecl `json:"parameters,omitempty"`
+	ConfirmationType string      `json:"confirmation_type,omitempty"`
+	UndoWindowMS     int64       `json:"undo_window_ms,omitempty"`
+	TimeoutMS        int64       `json:"timeout_ms,omitempty"`
+	// Available is false while the owning app is registered but not
+	// connected to serve it.
+	Available bool `json:"available"`
+}
+
+// QueryCapabilitiesResult is the result of query.capabilities.
+type QueryCapabilitiesResult struct {
+	Capabilities []Capability `json:"capabilities"`
+}
+
+// QueryElementsParams are the parameters of query.elements.
+type QueryElementsParams struct {
+	SurfaceID string `json:"surface_id"`
+	FocusID   string `json:"focus_id,omitempty"`
+}
+
+// Bounds is a rectangle in surface coordinates.
+type Bounds struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+	W int `json:"w"`
+	H int `json:"h"`
+}
+
+// Element is a node of a surface's semantic tree.
+type Element struct {
+	ID       string          `json:"id"`
+	Role     string          `json:"role"`
+	Label    string          `json:"label"`
+	Bounds   *Bounds         `json:"bounds,omitempty"`
+	Actions  []string        `json:"actions,omitempty"`
+	States   []string        `json:"states,omitempty"`
+	Value    json.RawMessage `json:"value,omitempty"`
+	Children []Element       `json:"children,omitempty"`
+}
+
+// QueryElementsResult is the result of query.elements.
+type QueryElementsResult struct {
+	Root Element `json:"root"`
+}
+
+// QuerySurfaceParams are the parameters of query.surface.
+type QuerySurfaceParams struct {
+	SurfaceID string `json:"surface_id"`
+}
+
+// Surface is the metadata of a compositor surface (query.surface result).
+type Surface struct {
+	SurfaceID string  `json:"surface_id"`
+	AppID     string  `json:"app_id"`
+	Title     string  `json:"title"`
+	State     string  `json:"state"`
+	Geometry  *Bounds `json:"geometry"`
+	Tier      int     `json:"tier"`
+}
+
+// SessionContext is the result of query.session_context.
+type SessionContext struct {
+	SessionID      string         `json:"session_id"`
+	FocusedSurface *string        `json:"focused_surface"`
+	ActiveSurfaces []string       `json:"active_surfaces"`
+	SystemState    map[string]any `json:"system_state"`
+}
+
+// InvokeCapabilityParams are the parameters of invoke.capability.
+type InvokeCapabilityParams struct {
+	CapabilityID string           `json:"capability_id"`
+	AppID        string           `json:"app_id"`
+	Source       InvocationSource `json:"source"`
+	Params       json.RawMessage  `json:"params,omitempty"`
+	// ConfirmationID presents an approved confirmation.
+	ConfirmationID string `json:"confirmation_id,omitempty"`
+}
+
+// Result statuses of a CapabilityResult.
+const (
+	StatusSuccess  = "success"
+	StatusPartial  = "partial"
+	StatusDeferred = "deferred"
+)
+
+// CapabilityResult is the result of a successful invocation.
+type CapabilityResult struct {
+	Status string          `json:"status"`
+	Data   json.RawMessage `json:"data,omitempty"`
+}
+
+// ValidStatus reports whether s is a ResultStatus of spec 000.
+func ValidStatus(s string) bool {
+	return s == StatusSuccess || s == StatusPartial || s == StatusDeferred
+}
+
+// InvokeActionParams are the parameters of invoke.action.
+type InvokeActionParams struct {
+	ElementID string          `json:"element_id"`
+	Action    string          `json:"action"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	SurfaceID string          `json:"surface_id"`
+}
+
+// InvokeActionResult is the result of invoke.action.
+type InvokeActionResult struct {
+	Executed bool            `json:"executed"`
+	Result   json.RawMessage `json:"result,omitempty"`
+}
+
+// SubscribeEventsParams are the parameters of subscribe.events.
+type SubscribeEventsParams struct {
+	EventTypes []string `json:"event_types"`
+	SurfaceID  string   `json:"surface_id,omitempty"`
+	AppID      string   `json:"app_id,omitempty"`
+}
+
+// SubscribeEventsResult is the result of subscribe.events.
+type SubscribeEventsResult struct {
+	SubscriptionID string   `json:"subscription_id"`
+	ActiveEvents   []string `json:"active_events"`
+}
+
+// UnsubscribeEventsParams are the parameters of unsubscribe.events.
+type UnsubscribeEventsParams struct {
+	SubscriptionID string `json:"subscription_id"`
+}
+
+// UnsubscribeEventsResult is the result of unsubscribe.events.
+type UnsubscribeEventsResult struct {
+	Cancelled bool `json:"cancelled"`
+}
+
+// RevokeAppParams are the parameters of revoke.app.
+type RevokeAppParams struct {
+	AppID  string `json:"app_id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// RevokeAppResult is the result of revoke.app.
+type RevokeAppResult struct {
+	Revoked                 bool `json:"revoked"`
+	TerminatedSubscriptions int  `json:"terminated_subscriptions"`
+}
+
+// Health statuses.
+const (
+	HealthOK       = "ok"
+	HealthDegraded = "degraded"
+	HealthDown     = "down"
+)
+
+// AdapterHealth is one adapter's entry in health.check.
+type AdapterHealth struct {
+	AdapterID      string `json:"adapter_id"`
+	SurfaceType    string `json:"surface_type"`
+	SupportedTiers []int  `json:"supported_tiers"`
+	Status         string `json:"status"`
+	Detail         string `json:"detail,omitempty"`
+}
+
+// HealthResult is the result of health.check.
+type HealthResult struct {
+	Status               string          `json:"status"`
+	Adapters             []AdapterHealth `json:"adapters"`
+	UptimeMS             int64           `json:"uptime_ms"`
+	ActiveSessions       int             `json:"active_sessions"`
+	PendingConfirmations int             `json:"pending_confirmations"`
+	// AllowUnsigned is true when the daemon accepts unsigned manifests.
+	AllowUnsigned bool   `json:"allow_unsigned"`
+	Version       string `json:"version"`
+	Capabilities  int    `json:"capability_count"`
+	Apps          int    `json:"app_count"`
+	Subscriptions int    `json:"subscription_count"`
+	JournalLength int64  `json:"journal_length"`
+}
+
+// App states in apps.list.
+const (
+	AppRunning    = "running"
+	AppNotRunning = "not_running"
+	AppRevoked    = "revoked"
+	AppBuiltin    = "builtin"
+)
+
+// App describes a registered or revoked application.
+type App struct {
+	AppID        string `json:"app_id"`
+	State        string `json:"state"`
+	Capabilities int    `json:"capabilities"`
+	Publisher    string `json:"publisher,omitempty"`
+	Signed       bool   `json:"signed"`
+	RevokedAt    string `json:"revoked_at,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// AppsListResult is the result of apps.list.
+type AppsListResult struct {
+	Apps []App `json:"apps"`
+}
+
+// AppsAllowParams are the parameters of apps.allow.
+type AppsAllowParams struct {
+	AppID string `json:"app_id"`
+}
+
+// AppsAllowResult is the result of apps.allow.
+type AppsAllowResult struct {
+	Allowed bool `json:"allowed"`
+	// WasRevoked is false when the app was not revoked to begin with.
+	WasRevoked bool `json:"was_revoked"`
+}
+
+// AuditTailParams are the parameters of audit.tail.
+type AuditTailParams struct {
+	Limit int `json:"limit,omitempty"`
+}
+
+// AuditEntry is one entry of the hash-chained audit log.
+type AuditEntry struct {
+	Seq          int64           `json:"seq"`
+	Time         string          `json:"time"`
+	Kind         string          `json:"kind"`
+	Source       string          `json:"source,omitempty"`
+	Actor        string          `json:"actor,omitempty"`
+	AppID        string          `json:"app_id,omitempty"`
+	CapabilityID string          `json:"capability_id,omitempty"`
+	ParamsDigest string          `json:"params_digest,omitempty"`
+	Outcome      string          `json:"outcome"`
+	DurationUS   int64           `json:"duration_us"`
+	Detail       json.RawMessage `json:"detail,omitempty"`
+	PrevHash     string          `json:"prev_hash"`
+	Hash         string          `json:"hash"`
+}
+
+// AuditTailResult is the result of audit.tail.
+type AuditTailResult struct {
+	Entries []AuditEntry `json:"entries"`
+}
+
+// AuditVerifyResult is the result of audit.verify.
+type AuditVerifyResult struct {
+	OK      bool   `json:"ok"`
+	Entries int64  `json:"entries"`
+	Head    string `json:"head,omitempty"`
+	// BrokenSeq is the first entry whose hash does not follow.
+	BrokenSeq int64  `json:"broken_seq,omitempty"`
+	Problem   string `json:"problem,omitempty"`
+}
+
+// EventsHistoryParams are the parameters of events.history.
+type EventsHistoryParams struct {
+	Limit int `json:"limit,omitempty"`
+}
+
+// Event is one entry of the event journal.
+type Event struct {
+	Sequence  int64           `json:"sequence"`
+	Type      string          `json:"type"`
+	Timestamp int64           `json:"timestamp"`
+	AppID     string          `json:"app_id,omitempty"`
+	SurfaceID string          `json:"surface_id,omitempty"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// EventsHistoryResult is the result of events.history.
+type EventsHistoryResult struct {
+	Events []Event `json:"events"`
+}
+
+// SessionAuthenticateParams are the parameters of session.authenticate.
+type SessionAuthenticateParams struct {
+	Token string `json:"token"`
+}
+
+// SessionAuthenticateResult is the result of session.authenticate.
+type SessionAuthenticateResult struct {
+	Authenticated bool `json:"authenticated"`
+}
+
+// EventsLost is the params of the events.lost notification.
+type EventsLost struct {
+	SubscriptionID string `json:"subscription_id"`
+	Lost           int64  `json:"lost"`
+	Timestamp      int64  `json:"timestamp"`
+}
+
+// SubscriptionEnded is the params of the subscription.ended notification.
+type SubscriptionEnded struct {
+	SubscriptionID string `json:"subscription_id"`
+	Reason         string `json:"reason"`
+	Timestamp      int64  `json:"timestamp"`
+}

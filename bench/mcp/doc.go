@@ -1,0 +1,12 @@
+// Package mcp measures a PCP invocation against the same round trip made
+// with the Model Context Protocol's Go SDK: an MCP tools/call of a ping
+// tool served over a Unix socket with the SDK's newline-delimited JSON
+// transport, PCP's invoke.capability of pcp.inspection.ping on a real
+// pcpd, and a raw line echo as the floor both are measured against. Every
+// server runs in a child process; the package has only benchmarks.
+//
+// It is a module of its own so that the SDK stays out of PCP's go.mod.
+// Run it with scripts/bench, or:
+//
+//	go test -run '^$' -bench . ./mcp
+package mcp

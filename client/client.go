@@ -1,0 +1,248 @@
+// Package client is PCP's Go client for the JSON-RPC face (spec 000). It
+// is what pcpctl, the example apps and any Go agent use to talk to pcpd:
+// typed calls for every method, event notifications, and App for serving
+// capabilities over the same connection.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/jsonrpc"
+)
+
+// DefaultSocket is the agent socket path: $PCP_SOCKET, else
+// $XDG_RUNTIME_DIR/pcp/pcp.sock.
+func DefaultSocket() string {
+	if s := os.Getenv("PCP_SOCKET"); s != "" {
+		return s
+	}
+	return filepath.Join(runtimeDir(), "pcp", "pcp.sock")
+}
+
+// DefaultControlSocket is the user's control socket: $PCP_CONTROL_SOCKET,
+// else control.sock beside the agent socket.
+func DefaultControlSocket() string {
+	if s := os.Getenv("PCP_CONTROL_SOCKET"); s != "" {
+		return s
+	}
+	return filepath.Join(filepath.Dir(DefaultSocket()), "control.sock")
+}
+
+func runtimeDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("pcp-%d", os.Getuid()))
+}
+
+// Notification is an event or notice the daemon pushed.
+type Notification struct {
+	Method string
+	Params json.RawMessage
+}
+
+// Options configure a Client.
+type Options struct {
+	// Handler serves requests the daemon sends (invoke.capability for an
+	// app, query.* for an adapter). Nil answers METHOD_NOT_FOUND.
+	Handler func(ctx context.Context, method string, params json.RawMessage) (any, error)
+	// OnNotify receives the daemon's notifications in order of arrival.
+	// It must not block for long. Nil queues them for Notifications.
+	OnNotify func(Notification)
+	// MaxLine bounds one incoming line; 0 means 16 MiB.
+	MaxLine int
+}
+
+// Client is a connection to pcpd. Its methods are safe for concurrent use.
+type Client struct {
+	conn *jsonrpc.Conn
+	done chan struct{}
+	err  error
+
+	notifs chan Notification
+}
+
+// Dial connects to the daemon's Unix socket at path ("" means
+// DefaultSocket()).
+func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
+	if path == "" {
+		path = DefaultSocket()
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("pcp: connecting to %s: %w (is pcpd running?)", path, err)
+	}
+	return New(c, opts), nil
+}
+
+// DialTCP connects to the daemon's loopback TCP listener and presents the
+// bearer token.
+func DialTCP(ctx context.Context, addr, token string, opts Options) (*Client, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("pcp: connecting to %s: %w", addr, err)
+	}
+	cl := New(c, opts)
+	var res api.SessionAuthenticateResult
+	if err := cl.Call(ctx, api.MethodSessionAuthenticate, &api.SessionAuthenticateParams{Token: strings.TrimSpace(token)}, &res); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
+}
+
+// New runs a client over an established connection.
+func New(rwc net.Conn, opts Options) *Client {
+	cl := &Client{done: make(chan struct{})}
+	if opts.OnNotify == nil {
+		cl.notifs = make(chan Notification, 1024)
+	}
+	if opts.MaxLine == 0 {
+		opts.MaxLine = 16 << 20
+	}
+	h := jsonrpc.HandlerFunc(func(ctx context.Context, m *jsonrpc.Message) (any, error) {
+		if m.IsNotification() {
+			n := Notification{Method: m.Method, Params: m.Params}
+			if opts.OnNotify != nil {
+				opts.OnNotify(n)
+			} else {
+				select {
+				case cl.notifs <- n:
+				default: // a client that never reads notifications drops them
+				}
+			}
+			return nil, nil
+		}
+		if opts.Handler == nil {
+			return nil, api.Errorf(api.CodeMethodNotFound, map[string]any{"method": m.Method}, "method not found: %s", m.Method)
+		}
+		return opts.Handler(ctx, m.Method, m.Params)
+	})
+	cl.conn = jsonrpc.NewConn(rwc, jsonrpc.Options{Handler: h, MaxLine: opts.MaxLine, WriteTimeout: -1})
+	go func() {
+		cl.err = cl.conn.Run()
+		close(cl.done)
+	}()
+	return cl
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Done is closed when the connection has ended.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Notifications returns the queue of pushed notifications (when Options
+// had no OnNotify). The channel is never closed; select on Done too.
+func (c *Client) Notifications() <-chan Notification { return c.notifs }
+
+// Call sends any method and decodes its result. Errors from the daemon
+// are *api.Error.
+func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	return c.conn.Call(ctx, method, params, result)
+}
+
+func call[R any](ctx context.Context, c *Client, method string, params any) (*R, error) {
+	r := new(R)
+	if err := c.conn.Call(ctx, method, params, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// RegisterCapability registers a manifest; this connection serves it.
+func (c *Client) RegisterCapability(ctx context.Context, p *api.RegisterCapabilityParams) (*api.RegisterCapabilityResult, error) {
+	return call[api.RegisterCapabilityResult](ctx, c, api.MethodRegisterCapability, p)
+}
+
+// RegisterAdapter binds this connection as an adapter.
+func (c *Client) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterParams) (*api.RegisterAdapterResult, error) {
+	return call[api.RegisterAdapterResult](ctx, c, api.MethodRegisterAdapter, p)
+}
+
+// QueryCapabilities lists capabilities.
+func (c *Client) QueryCapabilities(ctx context.Context, p *api.QueryCapabilitiesParams) (*api.QueryCapabilitiesResult, error) {
+	return call[api.QueryCapabilitiesResult](ctx, c, api.MethodQueryCapabilities, p)
+}
+
+// QueryElements returns a surface's element tree.
+func (c *Client) QueryElements(ctx context.Context, p *api.QueryElementsParams) (*api.QueryElementsResult, error) {
+	return call[api.QueryElementsResult](ctx, c, api.MethodQueryElements, p)
+}
+
+// QuerySurface returns a surface's metadata.
+func (c *Client) QuerySurface(ctx context.Context, p *api.QuerySurfaceParams) (*api.Surface, error) {
+	return call[api.Surface](ctx, c, api.MethodQuerySurface, p)
+}
+
+// SessionContext returns the session context.
+func (c *Client) SessionContext(ctx context.Context) (*api.SessionContext, error) {
+	return call[api.SessionContext](ctx, c, api.MethodQuerySessionContext, nil)
+}
+
+// InvokeCapability invokes a capability.
+func (c *Client) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
+	if p.Source == "" {
+		p.Source = api.SourceSystemIntelligence
+	}
+	return call[api.CapabilityResult](ctx, c, api.MethodInvokeCapability, p)
+}
+
+// InvokeAction performs an action on an element.
+func (c *Client) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error) {
+	return call[api.InvokeActionResult](ctx, c, api.MethodInvokeAction, p)
+}
+
+// Subscribe starts an event subscription; events arrive as notifications.
+func (c *Client) Subscribe(ctx context.Context, p *api.SubscribeEventsParams) (*api.SubscribeEventsResult, error) {
+	return call[api.SubscribeEventsResult](ctx, c, api.MethodSubscribeEvents, p)
+}
+
+// Unsubscribe cancels a subscription.
+func (c *Client) Unsubscribe(ctx context.Context, id string) (*api.UnsubscribeEventsResult, error) {
+	return call[api.UnsubscribeEventsResult](ctx, c, api.MethodUnsubscribeEvents, &api.UnsubscribeEventsParams{SubscriptionID: id})
+}
+
+// RevokeApp revokes an app.
+func (c *Client) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.RevokeAppResult, error) {
+	return call[api.RevokeAppResult](ctx, c, api.MethodRevokeApp, p)
+}
+
+// Health checks the daemon's health.
+func (c *Client) Health(ctx context.Context) (*api.HealthResult, error) {
+	return call[api.HealthResult](ctx, c, api.MethodHealthCheck, nil)
+}
+
+// Apps lists apps.
+func (c *Client) Apps(ctx context.Context) (*api.AppsListResult, error) {
+	return call[api.AppsListResult](ctx, c, api.MethodAppsList, nil)
+}
+
+// AllowApp lifts a revocation (control socket only).
+func (c *Client) AllowApp(ctx context.Context, appID string) (*api.AppsAllowResult, error) {
+	return call[api.AppsAllowResult](ctx, c, api.MethodAppsAllow, &api.AppsAllowParams{AppID: appID})
+}
+
+// AuditTail returns recent audit entries.
+func (c *Client) AuditTail(ctx context.Context, limit int) (*api.AuditTailResult, error) {
+	return call[api.AuditTailResult](ctx, c, api.MethodAuditTail, &api.AuditTailParams{Limit: limit})
+}
+
+// AuditVerify verifies the audit chain.
+func (c *Client) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error) {
+	return call[api.AuditVerifyResult](ctx, c, api.MethodAuditVerify, nil)
+}
+
+// EventHistory returns recent events from the journal.
+func (c *Client) EventHistory(ctx context.Context, limit int) (*api.EventsHistoryResult, error) {
+	return call[api.EventsHistoryResult](ctx, c, api.MethodEventsHistory, &api.EventsHistoryParams{Limit: limit})
+}

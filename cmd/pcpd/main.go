@@ -1,0 +1,45 @@
+// Command pcpd is the PCP daemon: it brokers capabilities between desktop
+// applications and an AI agent. See `pcpd --help`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pcp-dev/pcp/internal/daemon"
+)
+
+func main() {
+	var cfg daemon.Config
+	var level string
+	fs := flag.NewFlagSet("pcpd", flag.ExitOnError)
+	fs.StringVar(&cfg.Socket, "socket", "", "agent socket path (default $XDG_RUNTIME_DIR/pcp/pcp.sock)")
+	fs.StringVar(&cfg.ControlSocket, "control-socket", "", "user control socket path (default control.sock beside --socket)")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory holding pcp.db (default $XDG_STATE_HOME/pcp)")
+	fs.StringVar(&cfg.TrustDir, "trust-dir", "", "directory of trusted publisher keys, PEM PUBLIC KEY files (default $XDG_CONFIG_HOME/pcp/trusted-keys)")
+	fs.StringVar(&cfg.TCPAddr, "tcp", "", "also serve JSON-RPC on this loopback address, e.g. 127.0.0.1:7878 (token in --token-file)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "where to write the TCP bearer token (default tcp.token beside --socket)")
+	fs.BoolVar(&cfg.AllowUnsigned, "allow-unsigned", false, "accept manifests with an empty signature (development only; reported by health.check)")
+	fs.IntVar(&cfg.MaxLine, "max-line", 1<<20, "largest accepted JSON-RPC line in bytes")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.Parse(os.Args[1:])
+
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		fmt.Fprintln(os.Stderr, "pcpd: --log-level:", err)
+		os.Exit(2)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := daemon.Run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "pcpd:", err)
+		os.Exit(1)
+	}
+}

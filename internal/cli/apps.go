@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/client"
+)
+
+func (e *env) revokeCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "revoke APP_ID [--reason TEXT]",
+		Short: "Revoke all of an app's capabilities (revoke.app)",
+		Long: `Revoke an app: its capabilities leave the registry, its subscriptions end and
+it cannot register again until the user allows it with 'pcpctl apps allow'.`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
+	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		res, err := once(ctx, e, false, api.MethodRevokeApp, func(ctx context.Context, cl *client.Client) (*api.RevokeAppResult, error) {
+			return cl.RevokeApp(ctx, &api.RevokeAppParams{AppID: args[0], Reason: reason})
+		})
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return printJSON(e.stdout, res)
+		}
+		if !res.Revoked {
+			_, err := fmt.Fprintf(e.stdout, "%s was not revoked\n", clean(args[0]))
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "revoked %s; %d subscriptions terminated\n", clean(args[0]), res.TerminatedSubscriptions)
+		return err
+	})
+	return cmd
+}
+
+func (e *env) appsCommand() *cobra.Command {
+	list := e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+		res, err := once(ctx, e, false, api.MethodAppsList, func(ctx context.Context, cl *client.Client) (*api.AppsListResult, error) {
+			return cl.Apps(ctx)
+		})
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return printJSON(e.stdout, res)
+		}
+		if len(res.Apps) == 0 {
+			_, err := fmt.Fprintln(e.stdout, "no apps")
+			return err
+		}
+		apps := slices.Clone(res.Apps)
+		slices.SortFunc(apps, func(a, b api.App) int { return strings.Compare(a.AppID, b.AppID) })
+		t := newTable(e.stdout, "APP", "STATE", "CAPS", "SIGNED", "PUBLISHER", "REVOKED", "REASON")
+		for _, a := range apps {
+			t.row(a.AppID, a.State, strconv.Itoa(a.Capabilities), yesNo(a.Signed), orDash(a.Publisher),
+				orDash(a.RevokedAt), orDash(truncate(clean(a.Reason), descriptionWidth)))
+		}
+		return t.flush()
+	})
+	cmd := &cobra.Command{
+		Use:   "apps",
+		Short: "List apps, or allow a revoked app again",
+		Args:  cobra.NoArgs,
+		RunE:  list,
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "list",
+			Short: "List registered, built-in and revoked apps (apps.list)",
+			Args:  cobra.NoArgs,
+			RunE:  list,
+		},
+		&cobra.Command{
+			Use:   "allow APP_ID",
+			Short: "Lift an app's revocation (apps.allow, over the control socket)",
+			Long: `Lift an app's revocation so that it may register again. Only the user may do
+this, so the request goes over the control socket (--control-socket).`,
+			Args: cobra.ExactArgs(1),
+			RunE: e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+				res, err := once(ctx, e, true, api.MethodAppsAllow, func(ctx context.Context, cl *client.Client) (*api.AppsAllowResult, error) {
+					return cl.AllowApp(ctx, args[0])
+				})
+				if err != nil {
+					return err
+				}
+				if e.json {
+					return printJSON(e.stdout, res)
+				}
+				if !res.WasRevoked {
+					_, err := fmt.Fprintf(e.stdout, "%s was not revoked; nothing to allow\n", clean(args[0]))
+					return err
+				}
+				_, err = fmt.Fprintf(e.stdout, "allowed %s; it may register again\n", clean(args[0]))
+				return err
+			}),
+		},
+	)
+	return cmd
+}
+
+func (e *env) healthCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "health",
+		Short: "Show pcpd's health (health.check)",
+		Args:  cobra.NoArgs,
+		RunE: e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+			h, err := once(ctx, e, false, api.MethodHealthCheck, func(ctx context.Context, cl *client.Client) (*api.HealthResult, error) {
+				return cl.Health(ctx)
+			})
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return printJSON(e.stdout, h)
+			}
+			t := newTable(e.stdout)
+			t.row("status:", h.Status)
+			t.row("version:", orDash(h.Version))
+			t.row("uptime:", (time.Duration(h.UptimeMS) * time.Millisecond).Round(time.Second).String())
+			t.row("sessions:", strconv.Itoa(h.ActiveSessions))
+			t.row("pending confirmations:", strconv.Itoa(h.PendingConfirmations))
+			t.row("apps:", strconv.Itoa(h.Apps))
+			t.row("capabilities:", strconv.Itoa(h.Capabilities))
+			t.row("subscriptions:", strconv.Itoa(h.Subscriptions))
+			t.row("journal length:", strconv.FormatInt(h.JournalLength, 10))
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if h.AllowUnsigned {
+				if _, err := fmt.Fprintln(e.stdout, "WARNING: pcpd accepts unsigned manifests (--allow-unsigned); for development only"); err != nil {
+					return err
+				}
+			}
+			if len(h.Adapters) == 0 {
+				_, err := fmt.Fprintln(e.stdout, "adapters: none")
+				return err
+			}
+			fmt.Fprintln(e.stdout)
+			t = newTable(e.stdout, "ADAPTER", "SURFACE TYPE", "TIERS", "STATUS", "DETAIL")
+			for _, a := range h.Adapters {
+				tiers := make([]string, len(a.SupportedTiers))
+				for i, n := range a.SupportedTiers {
+					tiers[i] = strconv.Itoa(n)
+				}
+				t.row(a.AdapterID, a.SurfaceType, orDash(strings.Join(tiers, ",")), a.Status, orDash(a.Detail))
+			}
+			return t.flush()
+		}),
+	}
+}

@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/client"
+)
+
+func (e *env) invokeCommand() *cobra.Command {
+	var (
+		appID  string
+		params string
+	)
+	cmd := &cobra.Command{
+		Use:   "invoke CAPABILITY_ID [key=value ...] [--params JSON] [--app ID]",
+		Short: "Invoke a capability as the agent (invoke.capability)",
+		Long: `Invoke a capability with source SystemIntelligence and print its status and data.
+
+Parameters come from --params (a JSON object; @FILE reads it from a file,
+- from standard input) and then from key=value arguments, which override it:
+
+  key=value    the value as JSON if it parses (42, true, null, {"a":1}),
+               otherwise as a string (key=hello, key="two words")
+  key:=json    the value must be JSON
+  key=@file    the contents of file, as a string
+
+The app id defaults to the capability id without its last dot-separated part.`,
+		Example: `  pcpctl invoke pcp.inspection.health
+  pcpctl invoke pcp.inspection.recent_events limit=5
+  pcpctl invoke org.example.mail.compose recipient=a@example.com subject="Hello" body=@note.txt`,
+		Args: cobra.MinimumNArgs(1),
+	}
+	cmd.Flags().StringVar(&appID, "app", "", "target app (default: the capability id without its last part)")
+	cmd.Flags().StringVar(&params, "params", "", "parameters as a JSON object, @FILE, or - for standard input")
+	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		capID := args[0]
+		if appID == "" {
+			i := strings.LastIndexByte(capID, '.')
+			if i <= 0 {
+				return usagef("capability id %q has no app part; pass --app", capID)
+			}
+			appID = capID[:i]
+		}
+		raw, err := e.invokeParams(params, args[1:])
+		if err != nil {
+			return err
+		}
+		res, err := once(ctx, e, false, api.MethodInvokeCapability, func(ctx context.Context, cl *client.Client) (*api.CapabilityResult, error) {
+			return cl.InvokeCapability(ctx, &api.InvokeCapabilityParams{
+				CapabilityID: capID, AppID: appID, Source: api.SourceSystemIntelligence, Params: raw,
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return printJSON(e.stdout, res)
+		}
+		if _, err := fmt.Fprintf(e.stdout, "%s: %s\n", clean(capID), clean(res.Status)); err != nil {
+			return err
+		}
+		if len(res.Data) == 0 || string(res.Data) == "null" {
+			return nil
+		}
+		_, err = fmt.Fprintln(e.stdout, indentJSON(res.Data))
+		return err
+	})
+	return cmd
+}
+
+// invokeParams builds the params object from --params and key=value
+// arguments; nil when there are none.
+func (e *env) invokeParams(base string, pairs []string) (json.RawMessage, error) {
+	obj := map[string]json.RawMessage{}
+	if base != "" {
+		raw, err := e.readParamsFlag(base)
+		if err != nil {
+			return nil, err
+		}
+		if err := decodeObject(raw, &obj); err != nil {
+			return nil, usagef("--params: %v", err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, arg := range pairs {
+		key, val, err := parsePair(arg, readFile)
+		if err != nil {
+			return nil, err
+		}
+		if seen[key] {
+			return nil, usagef("parameter %q given twice", key)
+		}
+		seen[key] = true
+		obj[key] = val
+	}
+	if base == "" && len(pairs) == 0 {
+		return nil, nil
+	}
+	return marshalNoEscape(obj)
+}
+
+func (e *env) readParamsFlag(v string) ([]byte, error) {
+	switch {
+	case v == "-":
+		b, err := readLimited(e.stdin, "standard input")
+		if err != nil {
+			return nil, fmt.Errorf("--params: %w", err)
+		}
+		return b, nil
+	case strings.HasPrefix(v, "@"):
+		b, err := readFile(v[1:])
+		if err != nil {
+			return nil, fmt.Errorf("--params: %w", err)
+		}
+		return b, nil
+	}
+	return []byte(v), nil
+}
+
+// decodeObject decodes raw, which must be one JSON object.
+func decodeObject(raw []byte, obj *map[string]json.RawMessage) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return fmt.Errorf("want a JSON object")
+	}
+	if err := json.Unmarshal(raw, obj); err != nil {
+		return fmt.Errorf("not a JSON object: %w", err)
+	}
+	return nil
+}
+
+// parsePair parses one key=value argument of invoke; readFile serves
+// key=@file.
+func parsePair(arg string, readFile func(string) ([]byte, error)) (string, json.RawMessage, error) {
+	i := strings.IndexByte(arg, '=')
+	if i < 0 {
+		return "", nil, usagef("parameter %q: want key=value, key:=json or key=@file", arg)
+	}
+	key, val := arg[:i], arg[i+1:]
+	forceJSON := strings.HasSuffix(key, ":")
+	if forceJSON {
+		key = key[:len(key)-1]
+	}
+	if key == "" {
+		return "", nil, usagef("parameter %q: empty name", arg)
+	}
+	switch {
+	case forceJSON:
+		if !json.Valid([]byte(val)) {
+			return "", nil, usagef("parameter %q: %s is not valid JSON", key, val)
+		}
+		return key, compactJSON(val), nil
+	case strings.HasPrefix(val, "@"):
+		b, err := readFile(val[1:])
+		if err != nil {
+			return "", nil, fmt.Errorf("parameter %q: %w", key, err)
+		}
+		s, err := marshalNoEscape(string(b))
+		return key, s, err
+	case json.Valid([]byte(val)):
+		return key, compactJSON(val), nil
+	}
+	s, err := marshalNoEscape(val)
+	return key, s, err
+}
+
+// marshalNoEscape encodes v as JSON without escaping <, > and &.
+func marshalNoEscape(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encoding params: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// compactJSON compacts valid JSON text.
+func compactJSON(s string) json.RawMessage {
+	var buf bytes.Buffer
+	json.Compact(&buf, []byte(s))
+	return buf.Bytes()
+}
+
+// readFile reads a file of at most maxInput bytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readLimited(f, path)
+}
+
+func readLimited(r io.Reader, name string) ([]byte, error) {
+	if r == nil {
+		return nil, fmt.Errorf("reading %s: no input", name)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if len(b) > maxInput {
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, maxInput)
+	}
+	return b, nil
+}

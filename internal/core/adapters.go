@@ -1,0 +1,329 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
+)
+
+// Adapter reaches surfaces and their semantic elements: the AT-SPI2
+// adapter, the platform adapter, or an external process bound with
+// register.adapter. A surface the adapter does not know answers
+// SURFACE_NOT_FOUND so the broker can ask the next adapter.
+// Methods may be called concurrently.
+type Adapter interface {
+	Surface(ctx context.Context, surfaceID string) (*api.Surface, error)
+	Elements(ctx context.Context, p *api.QueryElementsParams) (*api.QueryElementsResult, error)
+	Action(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error)
+	// Context reports the surfaces the adapter sees and which has focus.
+	Context(ctx context.Context) (*api.SessionContext, error)
+}
+
+type adapterEntry struct {
+	info    api.RegisterAdapterParams
+	adapter Adapter
+	owner   *Session // nil for in-process adapters
+}
+
+// AddAdapter binds an in-process adapter. Adapters are asked in the order
+// they were added.
+func (b *Broker) AddAdapter(info api.RegisterAdapterParams, a Adapter) error {
+	return b.bindAdapter(context.Background(), info, a, nil)
+}
+
+// RegisterAdapter binds the calling connection as an adapter: the broker
+// sends it query.surface, query.elements, invoke.action and
+// query.session_context, and publishes the surface.* and element.* events
+// it sends.
+func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterParams) (*api.RegisterAdapterResult, error) {
+	switch {
+	case p.SurfaceType == "":
+		return nil, api.MissingParam("surface_type")
+	case p.AdapterID == "":
+		return nil, api.MissingParam("adapter_id")
+	case p.SupportedTiers == nil:
+		return nil, api.MissingParam("supported_tiers")
+	case len(p.SupportedTiers) == 0:
+		return nil, api.InvalidParam("supported_tiers", "must list at least one tier")
+	}
+	for i, t := range p.SupportedTiers {
+		if t < 1 || t > 3 {
+			return nil, api.InvalidParam(fmt.Sprintf("supported_tiers[%d]", i), "must be 1, 2 or 3, got %d", t)
+		}
+	}
+	sess := SessionFrom(ctx)
+	if sess == nil || sess.peer == nil {
+		return nil, api.Errorf(api.CodeInvalidRequest, nil, "an adapter must be served on a connection")
+	}
+	if err := b.bindAdapter(ctx, *p, remoteAdapter{sess}, sess); err != nil {
+		return nil, err
+	}
+	return &api.RegisterAdapterResult{Bound: true, AdapterID: p.AdapterID}, nil
+}
+
+func (b *Broker) bindAdapter(ctx context.Context, info api.RegisterAdapterParams, a Adapter, owner *Session) error {
+	b.mu.Lock()
+	for _, ad := range b.adapters {
+		if ad.info.AdapterID == info.AdapterID {
+			b.mu.Unlock()
+			return api.Errorf(api.CodeInvalidParams, map[string]any{"field": "adapter_id", "adapter_id": info.AdapterID}, "adapter_id: %s is already bound", info.AdapterID)
+		}
+	}
+	b.adapters = append(b.adapters, &adapterEntry{info: info, adapter: a, owner: owner})
+	b.mu.Unlock()
+	if owner != nil {
+		owner.mu.Lock()
+		owner.adapters[info.AdapterID] = true
+		owner.mu.Unlock()
+	}
+	err := b.audit(ctx, audit.Record{Kind: "adapter", Actor: owner.Actor(), Outcome: "success",
+		Detail: detailJSON(map[string]any{"adapter_id": info.AdapterID, "surface_type": info.SurfaceType, "supported_tiers": info.SupportedTiers})})
+	if err != nil {
+		return err
+	}
+	b.publish(api.EventAdapterRegistered, "", "", map[string]any{"adapter_id": info.AdapterID, "surface_type": info.SurfaceType, "supported_tiers": info.SupportedTiers})
+	return nil
+}
+
+func (b *Broker) adapterList() []*adapterEntry {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return append([]*adapterEntry(nil), b.adapters...)
+}
+
+// AdapterTimeout bounds one call to an adapter.
+const AdapterTimeout = 10 * time.Second
+
+// firstAdapter asks each adapter in order until one knows the surface. An
+// adapter that does not answer in time is reported as unresponsive; one
+// whose connection went away is skipped.
+func firstAdapter[T any](ctx context.Context, b *Broker, surfaceID string, f func(context.Context, Adapter) (T, error)) (T, error) {
+	var zero T
+	for _, ad := range b.adapterList() {
+		actx, cancel := context.WithTimeout(ctx, AdapterTimeout)
+		v, err := f(actx, ad.adapter)
+		timedOut := actx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			return v, nil
+		case errors.Is(err, api.ErrSurfaceNotFound), errors.Is(err, net.ErrClosed):
+			continue
+		case timedOut:
+			return zero, api.Errorf(api.CodeAppUnresponsive, map[string]any{"adapter_id": ad.info.AdapterID},
+				"adapter %s did not answer within %s", ad.info.AdapterID, AdapterTimeout)
+		}
+		return zero, err
+	}
+	return zero, api.Errorf(api.CodeSurfaceNotFound, map[string]any{"surface_id": surfaceID}, "surface %s does not exist", surfaceID)
+}
+
+// QuerySurface returns a surface's metadata from the adapter that has it.
+func (b *Broker) QuerySurface(ctx context.Context, p *api.QuerySurfaceParams) (*api.Surface, error) {
+	if p.SurfaceID == "" {
+		return nil, api.MissingParam("surface_id")
+	}
+	return firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.Surface, error) { return a.Surface(ctx, p.SurfaceID) })
+}
+
+// QueryElements returns a surface's semantic tree, or the subtree at
+// focus_id.
+func (b *Broker) QueryElements(ctx context.Context, p *api.QueryElementsParams) (*api.QueryElementsResult, error) {
+	if p.SurfaceID == "" {
+		return nil, api.MissingParam("surface_id")
+	}
+	return firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.QueryElementsResult, error) { return a.Elements(ctx, p) })
+}
+
+// InvokeAction performs a structural action on an element. Every action
+// is audited.
+func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error) {
+	switch {
+	case p.ElementID == "":
+		return nil, api.MissingParam("element_id")
+	case p.Action == "":
+		return nil, api.MissingParam("action")
+	case p.SurfaceID == "":
+		return nil, api.MissingParam("surface_id")
+	}
+	start := b.now()
+	res, err := firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
+	rec := audit.Record{Time: start, Kind: "action", Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
+		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: "success",
+		Detail: detailJSON(map[string]any{"surface_id": p.SurfaceID, "element_id": p.ElementID, "action": p.Action})}
+	if err != nil {
+		rec.Outcome = api.AsError(err).Code.Name()
+	}
+	if aerr := b.audit(ctx, rec); aerr != nil {
+		return nil, aerr
+	}
+	return res, err
+}
+
+// SessionContext merges what the adapters see with what the daemon knows
+// of the desktop session.
+func (b *Broker) SessionContext(ctx context.Context) (*api.SessionContext, error) {
+	out := &api.SessionContext{SessionID: b.session, ActiveSurfaces: []string{}, SystemState: map[string]any{}}
+	for k, env := range map[string]string{"session_type": "XDG_SESSION_TYPE", "desktop": "XDG_CURRENT_DESKTOP", "display": "DISPLAY", "wayland_display": "WAYLAND_DISPLAY"} {
+		if v := os.Getenv(env); v != "" {
+			out.SystemState[k] = v
+		}
+	}
+	seen := map[string]bool{}
+	var problems []string
+	for _, ad := range b.adapterList() {
+		actx, cancel := context.WithTimeout(ctx, AdapterTimeout)
+		sc, err := ad.adapter.Context(actx)
+		cancel()
+		if err != nil {
+			problems = append(problems, ad.info.AdapterID+": "+err.Error())
+			continue
+		}
+		for _, id := range sc.ActiveSurfaces {
+			if !seen[id] {
+				seen[id] = true
+				out.ActiveSurfaces = append(out.ActiveSurfaces, id)
+			}
+		}
+		if out.FocusedSurface == nil && sc.FocusedSurface != nil {
+			f := *sc.FocusedSurface
+			out.FocusedSurface = &f
+		}
+		for k, v := range sc.SystemState {
+			if _, taken := out.SystemState[k]; !taken {
+				out.SystemState[k] = v
+			}
+		}
+	}
+	sort.Strings(out.ActiveSurfaces)
+	if len(problems) > 0 {
+		out.SystemState["adapter_errors"] = problems
+	}
+	return out, nil
+}
+
+// remoteAdapter is an adapter served by a connection that called
+// register.adapter; the broker calls the spec's query methods on it.
+type remoteAdapter struct{ s *Session }
+
+func (r remoteAdapter) Surface(ctx context.Context, id string) (*api.Surface, error) {
+	var out api.Surface
+	if err := r.s.peer.Call(ctx, api.MethodQuerySurface, &api.QuerySurfaceParams{SurfaceID: id}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (r remoteAdapter) Elements(ctx context.Context, p *api.QueryElementsParams) (*api.QueryElementsResult, error) {
+	var out api.QueryElementsResult
+	if err := r.s.peer.Call(ctx, api.MethodQueryElements, p, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (r remoteAdapter) Action(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error) {
+	var out api.InvokeActionResult
+	if err := r.s.peer.Call(ctx, api.MethodInvokeAction, p, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (r remoteAdapter) Context(ctx context.Context) (*api.SessionContext, error) {
+	var out api.SessionContext
+	if err := r.s.peer.Call(ctx, api.MethodQuerySessionContext, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AdapterEvent publishes an event a connection-served adapter sent. Only
+// sessions bound as adapters may publish, and only surface.* and element.*
+// events.
+func (b *Broker) AdapterEvent(ctx context.Context, eventType string, data map[string]any) error {
+	sess := SessionFrom(ctx)
+	if sess == nil {
+		return api.ErrPermissionDenied
+	}
+	sess.mu.Lock()
+	isAdapter := len(sess.adapters) > 0
+	sess.mu.Unlock()
+	if !isAdapter {
+		return api.Errorf(api.CodePermissionDenied, nil, "only adapters publish %s", eventType)
+	}
+	appID, _ := data["app_id"].(string)
+	surfaceID, _ := data["surface_id"].(string)
+	delete(data, "subscription_id")
+	delete(data, "sequence")
+	delete(data, "timestamp")
+	b.publish(eventType, appID, surfaceID, data)
+	return nil
+}
+
+// Health reports the broker's state.
+func (b *Broker) Health(ctx context.Context) (*api.HealthResult, error) {
+	b.mu.RLock()
+	res := &api.HealthResult{
+		Status:         api.HealthOK,
+		Adapters:       []api.AdapterHealth{},
+		UptimeMS:       b.now().Sub(b.started).Milliseconds(),
+		ActiveSessions: len(b.sessions),
+		AllowUnsigned:  b.cfg.AllowUnsigned,
+		Version:        Version,
+		Capabilities:   len(b.caps),
+		Apps:           len(b.apps),
+		Subscriptions:  len(b.subs),
+	}
+	ads := append([]*adapterEntry(nil), b.adapters...)
+	b.mu.RUnlock()
+	res.JournalLength = b.store.JournalLength()
+	for _, ad := range ads {
+		h := api.AdapterHealth{AdapterID: ad.info.AdapterID, SurfaceType: ad.info.SurfaceType, SupportedTiers: ad.info.SupportedTiers, Status: api.HealthOK}
+		if hc, ok := ad.adapter.(interface{ Healthy(context.Context) error }); ok {
+			if err := hc.Healthy(ctx); err != nil {
+				h.Status, h.Detail = api.HealthDegraded, err.Error()
+				res.Status = api.HealthDegraded
+			}
+		}
+		res.Adapters = append(res.Adapters, h)
+	}
+	return res, nil
+}
+
+// AuditTail returns the newest audit entries.
+func (b *Broker) AuditTail(ctx context.Context, p *api.AuditTailParams) (*api.AuditTailResult, error) {
+	n := p.Limit
+	switch {
+	case n < 0:
+		return nil, api.InvalidParam("limit", "must not be negative")
+	case n == 0:
+		n = 20
+	case n > 10000:
+		n = 10000
+	}
+	es, err := b.store.AuditTail(ctx, n)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the audit log: " + err.Error()}
+	}
+	if es == nil {
+		es = []api.AuditEntry{}
+	}
+	return &api.AuditTailResult{Entries: es}, nil
+}
+
+// AuditVerify walks the whole chain as stored on disk.
+func (b *Broker) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error) {
+	r, err := b.store.VerifyAudit(ctx)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "verifying the audit log: " + err.Error()}
+	}
+	return &r, nil
+}

@@ -1,0 +1,63 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/store"
+)
+
+type pingService struct{}
+
+func (pingService) AppID() string { return "pcp.bench" }
+func (pingService) Manifest() *api.Manifest {
+	f := false
+	return &api.Manifest{Version: "1.0", Capabilities: []api.CapabilityDecl{{Name: "ping", Tier: 1, TrustLevel: api.TrustAuto,
+		Parameters: []api.ParamDecl{{Name: "payload", Type: api.TypeAny, Required: &f}}}}}
+}
+func (pingService) Invoke(ctx context.Context, c *api.Capability, _ api.InvocationSource, params json.RawMessage) (*api.CapabilityResult, error) {
+	return &api.CapabilityResult{Status: api.StatusSuccess, Data: params}, nil
+}
+
+// BenchmarkInvokeInProcess is the core's own cost of an invocation,
+// audit commit included, without any wire: the spec's in-process
+// transport. BenchmarkAuditAppend beside it is the commit alone.
+func BenchmarkInvokeInProcess(b *testing.B) {
+	st, err := store.Open(context.Background(), filepath.Join(b.TempDir(), "pcp.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	br, err := New(context.Background(), Config{Store: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close()
+	if err := br.AddService(pingService{}); err != nil {
+		b.Fatal(err)
+	}
+	p := &api.InvokeCapabilityParams{CapabilityID: "pcp.bench.ping", AppID: "pcp.bench", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"payload":{"n":1}}`)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := br.InvokeCapability(ctx, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.SetParallelism(64)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := br.InvokeCapability(ctx, p); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}

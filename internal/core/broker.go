@@ -1,0 +1,215 @@
+// Package core is the PCP broker: the registry of apps and capabilities,
+// the invocation pipeline, adapters, event subscriptions, revocation and
+// the audit trail. It is the spec's in-process transport: a typed Go API
+// that every protocol face translates onto. No face holds a business rule.
+//
+// Every method takes the caller's *Session from the context (WithSession);
+// a call without one acts as an anonymous agent with the least privilege.
+//
+// Concurrency: Broker's methods are safe for concurrent use. b.mu guards
+// the registry (apps, caps, revoked, adapters, sessions, subs). b.evMu
+// serialises event publication so sequence numbers reach every subscriber
+// in order; lock order is b.mu before b.evMu. Calls to providers, adapters
+// and peers are never made while holding either lock.
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/manifest"
+	"github.com/pcp-dev/pcp/internal/store"
+)
+
+// Version is the daemon's version, reported by health.check.
+const Version = "0.1.0"
+
+// DefaultTimeout bounds one execution unless the manifest says otherwise.
+const DefaultTimeout = 30 * time.Second
+
+// Store is the persistence the broker needs. *store.Store implements it.
+type Store interface {
+	SaveApp(ctx context.Context, r store.AppRecord) error
+	DeleteApp(ctx context.Context, appID string) error
+	LoadApps(ctx context.Context) ([]store.AppRecord, error)
+	Revoke(ctx context.Context, appID, reason string, at time.Time) error
+	Allow(ctx context.Context, appID string) (wasRevoked bool, err error)
+	Revocations(ctx context.Context) ([]store.Revocation, error)
+	AppendAudit(ctx context.Context, r audit.Record) (api.AuditEntry, error)
+	AuditTail(ctx context.Context, n int) ([]api.AuditEntry, error)
+	VerifyAudit(ctx context.Context) (api.AuditVerifyResult, error)
+	AppendEvent(ev api.Event)
+	RecentEvents(ctx context.Context, limit int) ([]api.Event, error)
+	JournalLength() int64
+	LastEventSeq(ctx context.Context) (int64, error)
+}
+
+// Config configures a Broker.
+type Config struct {
+	Store Store
+	// TrustDir holds trusted publisher keys; it is read at each
+	// registration so a key dropped in takes effect without a restart.
+	TrustDir string
+	// AllowUnsigned accepts manifests with an empty signature. A present
+	// but invalid signature is refused all the same.
+	AllowUnsigned bool
+	// SessionID is reported by query.session_context; empty means
+	// $XDG_SESSION_ID or a random id.
+	SessionID string
+	// SubscriberQueue bounds each subscription's queue; 0 means 256.
+	SubscriberQueue int
+	Logger          *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// NewID makes subscription and session ids; nil means a counter with
+	// a random suffix. Tests make them deterministic.
+	NewID func(prefix string) string
+}
+
+// Broker is the PCP core.
+type Broker struct {
+	cfg     Config
+	store   Store
+	log     *slog.Logger
+	now     func() time.Time
+	started time.Time
+	session string
+
+	mu       sync.RWMutex
+	apps     map[string]*appEntry // by app id
+	caps     map[string]*capEntry // by capability id
+	revoked  map[string]store.Revocation
+	adapters []*adapterEntry
+	sessions map[string]*Session
+	subs     map[string]*subscription
+	closed   bool
+
+	evMu   sync.Mutex
+	evSeq  int64
+	nextID atomic.Int64
+}
+
+// New loads persisted state and returns a running broker.
+func New(ctx context.Context, cfg Config) (*Broker, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("core: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SubscriberQueue <= 0 {
+		cfg.SubscriberQueue = 256
+	}
+	b := &Broker{
+		cfg:      cfg,
+		store:    cfg.Store,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		apps:     make(map[string]*appEntry),
+		caps:     make(map[string]*capEntry),
+		revoked:  make(map[string]store.Revocation),
+		sessions: make(map[string]*Session),
+		subs:     make(map[string]*subscription),
+	}
+	b.started = b.now()
+	b.session = cfg.SessionID
+	if b.session == "" {
+		b.session = os.Getenv("XDG_SESSION_ID")
+	}
+	if b.session == "" {
+		b.session = "pcp-" + randomHex(6)
+	}
+	seq, err := b.store.LastEventSeq(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("core: reading the event journal: %w", err)
+	}
+	b.evSeq = seq
+	revs, err := b.store.Revocations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("core: loading revocations: %w", err)
+	}
+	for _, r := range revs {
+		b.revoked[r.AppID] = r
+	}
+	recs, err := b.store.LoadApps(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("core: loading manifests: %w", err)
+	}
+	for _, r := range recs {
+		m, err := manifest.Parse(r.AppID, r.Manifest)
+		if err != nil {
+			b.log.Warn("stored manifest no longer valid; skipped", "app_id", r.AppID, "err", err)
+			continue
+		}
+		if _, gone := b.revoked[r.AppID]; gone {
+			continue
+		}
+		a := &appEntry{id: r.AppID, manifest: m, raw: r.Manifest, publisher: r.Publisher, signed: r.Signed}
+		b.indexAppLocked(a)
+	}
+	return b, nil
+}
+
+func randomHex(n int) string {
+	buf := make([]byte, n)
+	rand.Read(buf)
+	return hex.EncodeToString(buf)
+}
+
+func (b *Broker) newID(prefix string) string {
+	if b.cfg.NewID != nil {
+		return b.cfg.NewID(prefix)
+	}
+	return fmt.Sprintf("%s-%d%s", prefix, b.nextID.Add(1), randomHex(3))
+}
+
+// Close ends every session and subscription. The store is the caller's to
+// close afterwards.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	b.closed = true
+	sessions := make([]*Session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
+	b.mu.Unlock()
+	for _, s := range sessions {
+		s.Close()
+	}
+}
+
+// audit appends r and waits for it to be committed. The reply to the
+// request that caused it must not go out before this returns.
+func (b *Broker) audit(ctx context.Context, r audit.Record) error {
+	if r.Time.IsZero() {
+		r.Time = b.now()
+	}
+	// The entry is committed even when the requester has gone away.
+	_, err := b.store.AppendAudit(context.WithoutCancel(ctx), r)
+	if err != nil {
+		b.log.Error("audit append failed", "kind", r.Kind, "app_id", r.AppID, "err", err)
+		return &api.Error{Code: api.CodeInternalError, Message: "audit log unavailable: " + err.Error()}
+	}
+	return nil
+}
+
+func detailJSON(v map[string]any) json.RawMessage {
+	if len(v) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}

@@ -1,0 +1,249 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pcp-dev/pcp/api"
+)
+
+// subscription delivers matching events to one session. Publishers never
+// block on it: events go into a bounded queue, and when the queue is full
+// they are counted as lost. A pump goroutine, owned by the subscription,
+// drains the queue into the peer and reports losses with events.lost
+// before the next event it delivers.
+type subscription struct {
+	id        string
+	sess      *Session
+	all       bool
+	types     map[string]bool
+	appID     string
+	surfaceID string
+
+	queue    chan *published
+	lost     atomic.Int64
+	stopOnce sync.Once
+	quit     chan struct{}
+	// endReason, when set before stop, is sent as subscription.ended.
+	endReason string
+}
+
+type published struct {
+	ev api.Event
+	// tail is the event data object without its opening brace, ready to
+	// be spliced after the per-subscription members.
+	tail []byte
+}
+
+func (s *subscription) matches(ev *api.Event) bool {
+	if !s.all && !s.types[ev.Type] {
+		return false
+	}
+	if s.appID != "" && ev.AppID != s.appID {
+		return false
+	}
+	if s.surfaceID != "" && ev.SurfaceID != s.surfaceID {
+		return false
+	}
+	return true
+}
+
+func (s *subscription) offer(p *published) {
+	select {
+	case s.queue <- p:
+	default:
+		s.lost.Add(1)
+	}
+}
+
+func (s *subscription) stop() { s.stopOnce.Do(func() { close(s.quit) }) }
+
+// end stops the subscription and tells the peer why.
+func (s *subscription) end(reason string) {
+	s.stopOnce.Do(func() {
+		s.endReason = reason
+		close(s.quit)
+	})
+}
+
+func (s *subscription) pump(now func() int64) {
+	for {
+		select {
+		case <-s.quit:
+			if s.endReason != "" {
+				s.drain()
+				s.sess.peer.Notify(api.NotifySubscriptionEnded, &api.SubscriptionEnded{SubscriptionID: s.id, Reason: s.endReason, Timestamp: now()})
+			}
+			return
+		case p := <-s.queue:
+			if s.deliver(p) != nil {
+				return
+			}
+		}
+	}
+}
+
+// drain delivers the events queued before the subscription ended.
+func (s *subscription) drain() {
+	for {
+		select {
+		case p := <-s.queue:
+			if s.deliver(p) != nil {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// deliver sends one event, preceded by events.lost if events were dropped
+// since the last delivery.
+func (s *subscription) deliver(p *published) error {
+	if n := s.lost.Swap(0); n > 0 {
+		if err := s.sess.peer.Notify(api.NotifyEventsLost, &api.EventsLost{SubscriptionID: s.id, Lost: n, Timestamp: p.ev.Timestamp}); err != nil {
+			return err
+		}
+	}
+	return s.sess.peer.Notify(p.ev.Type, json.RawMessage(s.params(p)))
+}
+
+// params builds the notification params: subscription_id, sequence and
+// timestamp, then the event's own members.
+func (s *subscription) params(p *published) []byte {
+	buf := make([]byte, 0, len(p.tail)+96)
+	buf = append(buf, `{"subscription_id":`...)
+	buf = strconv.AppendQuote(buf, s.id)
+	buf = append(buf, `,"sequence":`...)
+	buf = strconv.AppendInt(buf, p.ev.Sequence, 10)
+	buf = append(buf, `,"timestamp":`...)
+	buf = strconv.AppendInt(buf, p.ev.Timestamp, 10)
+	if len(p.tail) > 1 { // more than the closing brace
+		buf = append(buf, ',')
+	}
+	return append(buf, p.tail...)
+}
+
+// Subscribe starts delivering events of the given types, optionally
+// scoped to an app or a surface, to the calling session.
+func (b *Broker) Subscribe(ctx context.Context, p *api.SubscribeEventsParams) (*api.SubscribeEventsResult, error) {
+	sess := SessionFrom(ctx)
+	if sess == nil || sess.peer == nil {
+		return nil, api.Errorf(api.CodeInvalidRequest, nil, "subscriptions need a connection to deliver events on")
+	}
+	if p.EventTypes == nil {
+		return nil, api.MissingParam("event_types")
+	}
+	if len(p.EventTypes) == 0 {
+		return nil, api.InvalidParam("event_types", "must name at least one event type")
+	}
+	sub := &subscription{sess: sess, types: map[string]bool{}, appID: p.AppID, surfaceID: p.SurfaceID,
+		queue: make(chan *published, b.cfg.SubscriberQueue), quit: make(chan struct{})}
+	for i, t := range p.EventTypes {
+		switch {
+		case t == api.EventAll:
+			sub.all = true
+		case api.KnownEventType(t):
+			sub.types[t] = true
+		default:
+			return nil, api.InvalidParam("event_types["+strconv.Itoa(i)+"]", "unknown event type %q", t)
+		}
+	}
+	active := make([]string, 0, len(sub.types))
+	if sub.all {
+		active = append(active, api.EventTypes...)
+	} else {
+		for t := range sub.types {
+			active = append(active, t)
+		}
+		sort.Strings(active)
+	}
+	sub.id = b.newID("sub")
+	b.mu.Lock()
+	sess.mu.Lock()
+	closed := sess.closed
+	sess.mu.Unlock()
+	if closed {
+		b.mu.Unlock()
+		return nil, api.Errorf(api.CodeInvalidRequest, nil, "connection closed")
+	}
+	b.subs[sub.id] = sub
+	b.mu.Unlock()
+	go sub.pump(func() int64 { return b.now().Unix() })
+	return &api.SubscribeEventsResult{SubscriptionID: sub.id, ActiveEvents: active}, nil
+}
+
+// Unsubscribe cancels one of the calling session's subscriptions.
+func (b *Broker) Unsubscribe(ctx context.Context, p *api.UnsubscribeEventsParams) (*api.UnsubscribeEventsResult, error) {
+	if p.SubscriptionID == "" {
+		return nil, api.MissingParam("subscription_id")
+	}
+	sess := SessionFrom(ctx)
+	b.mu.Lock()
+	sub, ok := b.subs[p.SubscriptionID]
+	if ok && sub.sess != sess {
+		ok = false // another connection's subscription is not ours to cancel
+	}
+	if ok {
+		delete(b.subs, p.SubscriptionID)
+	}
+	b.mu.Unlock()
+	if !ok {
+		return &api.UnsubscribeEventsResult{Cancelled: false}, nil
+	}
+	sub.stop()
+	return &api.UnsubscribeEventsResult{Cancelled: true}, nil
+}
+
+// Publish records an event in the journal and offers it to every matching
+// subscription. data must encode to a JSON object. It never blocks on a
+// subscriber.
+func (b *Broker) Publish(eventType, appID, surfaceID string, data any) {
+	b.publish(eventType, appID, surfaceID, data)
+}
+
+func (b *Broker) publish(eventType, appID, surfaceID string, data any) {
+	raw, err := json.Marshal(data)
+	if err != nil || len(raw) < 2 || raw[0] != '{' {
+		b.log.Error("event data is not an object; dropped", "type", eventType, "err", err)
+		return
+	}
+	p := &published{tail: raw[1:]}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	b.evMu.Lock()
+	defer b.evMu.Unlock()
+	b.evSeq++
+	p.ev = api.Event{Sequence: b.evSeq, Type: eventType, Timestamp: b.now().Unix(), AppID: appID, SurfaceID: surfaceID, Data: raw}
+	b.store.AppendEvent(p.ev)
+	for _, s := range b.subs {
+		if s.matches(&p.ev) {
+			s.offer(p)
+		}
+	}
+}
+
+// EventHistory returns the newest events of the journal.
+func (b *Broker) EventHistory(ctx context.Context, p *api.EventsHistoryParams) (*api.EventsHistoryResult, error) {
+	limit := p.Limit
+	switch {
+	case limit < 0:
+		return nil, api.InvalidParam("limit", "must not be negative")
+	case limit == 0:
+		limit = 100
+	case limit > 10000:
+		limit = 10000
+	}
+	evs, err := b.store.RecentEvents(ctx, limit)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the event journal: " + err.Error()}
+	}
+	if evs == nil {
+		evs = []api.Event{}
+	}
+	return &api.EventsHistoryResult{Events: evs}, nil
+}

@@ -1,0 +1,196 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/manifest"
+)
+
+// InvokeCapability runs a capability through the invocation pipeline:
+// validate the request, resolve the capability, apply its trust level,
+// check its parameters, dispatch with a timeout, audit the outcome and
+// publish capability.invoked. The reply is returned only after the audit
+// entry is committed.
+func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
+	switch {
+	case p.CapabilityID == "":
+		return nil, api.MissingParam("capability_id")
+	case p.AppID == "":
+		return nil, api.MissingParam("app_id")
+	case p.Source == "":
+		return nil, api.MissingParam("source")
+	case !p.Source.Valid():
+		return nil, api.InvalidParam("source", "unknown InvocationSource %q; the only source is %q", p.Source, api.SourceSystemIntelligence)
+	}
+	if len(p.Params) > 0 && string(p.Params) != "null" && firstByte(p.Params) != '{' {
+		return nil, api.InvalidParam("params", "must be an object")
+	}
+	start := b.now()
+	res, c, err := b.invoke(ctx, p)
+	rec := audit.Record{
+		Time: start, Kind: "invoke", Source: string(p.Source), Actor: SessionFrom(ctx).Actor(),
+		AppID: p.AppID, CapabilityID: p.CapabilityID, ParamsDigest: audit.ParamsDigest(p.Params),
+		Duration: b.now().Sub(start),
+	}
+	outcome := ""
+	if err != nil {
+		e := api.AsError(err)
+		err = e
+		outcome = e.Code.Name()
+		rec.Detail = detailJSON(map[string]any{"error": e.Message})
+	} else {
+		outcome = res.Status
+	}
+	rec.Outcome = outcome
+	if aerr := b.audit(ctx, rec); aerr != nil {
+		return nil, aerr
+	}
+	if c != nil {
+		b.publish(api.EventCapabilityInvoked, p.AppID, "", map[string]any{
+			"capability_id": p.CapabilityID, "app_id": p.AppID, "source": string(p.Source),
+			"outcome": outcome, "duration_ms": rec.Duration.Milliseconds(),
+		})
+	}
+	return res, err
+}
+
+// invoke resolves and dispatches; c is nil when no capability was found.
+func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, *api.Capability, error) {
+	b.mu.RLock()
+	ce := b.caps[p.CapabilityID]
+	rev, revoked := b.revoked[p.AppID]
+	_, appKnown := b.apps[p.AppID]
+	var (
+		c        api.Capability
+		provider Provider
+	)
+	if ce != nil {
+		c, provider = ce.Capability, ce.app.provider
+	}
+	b.mu.RUnlock()
+
+	switch {
+	case revoked:
+		return nil, nil, api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID, "revoked": true, "reason": rev.Reason}, "app %s is revoked", p.AppID)
+	case !appKnown:
+		return nil, nil, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": p.AppID}, "app %s is not registered", p.AppID)
+	case ce == nil || c.AppID != p.AppID:
+		return nil, nil, api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": p.CapabilityID, "app_id": p.AppID},
+			"app %s has no capability %s", p.AppID, p.CapabilityID)
+	}
+	switch c.TrustLevel {
+	case api.TrustDeny:
+		return nil, &c, api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID, "trust_level": c.TrustLevel}, "capability %s is denied by its trust level", c.ID)
+	case api.TrustConfirm:
+		return nil, &c, api.Errorf(api.CodeConfirmationRequired, map[string]any{
+			"capability_id": c.ID, "confirmation_type": confirmationType(&c), "undo_window_ms": c.UndoWindowMS,
+			"description": describe(&c, p.Params),
+		}, "Confirmation required")
+	}
+	if err := manifest.CheckParams(c.ID, c.Parameters, p.Params); err != nil {
+		return nil, &c, err
+	}
+	if provider == nil {
+		return nil, &c, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": p.AppID, "running": false}, "app %s is not running", p.AppID)
+	}
+	timeout := DefaultTimeout
+	if c.TimeoutMS > 0 {
+		timeout = time.Duration(c.TimeoutMS) * time.Millisecond
+	}
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := provider.Invoke(ictx, &c, p.Source, p.Params)
+	if err != nil {
+		if ictx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			return nil, &c, api.Errorf(api.CodeExecutionTimeout, map[string]any{"capability_id": c.ID, "timeout_ms": timeout.Milliseconds()},
+				"capability %s did not complete within %s", c.ID, timeout)
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, &c, api.Errorf(api.CodeAppUnresponsive, map[string]any{"app_id": c.AppID, "reason": "connection closed during invocation"},
+				"app %s went away during the invocation", c.AppID)
+		}
+		if ctx.Err() != nil {
+			return nil, &c, api.Errorf(api.CodeInternalError, map[string]any{"capability_id": c.ID}, "invocation abandoned: %v", ctx.Err())
+		}
+		return nil, &c, err
+	}
+	if res == nil || !api.ValidStatus(res.Status) {
+		status := ""
+		if res != nil {
+			status = res.Status
+		}
+		return nil, &c, api.Errorf(api.CodeInternalError, map[string]any{"app_id": c.AppID, "status": status},
+			"app %s returned an invalid result status %q", c.AppID, status)
+	}
+	return res, &c, nil
+}
+
+func confirmationType(c *api.Capability) string {
+	if c.ConfirmationType != "" {
+		return c.ConfirmationType
+	}
+	return c.Name
+}
+
+// describe builds a human-readable description of an invocation from its
+// actual parameters.
+func describe(c *api.Capability, params json.RawMessage) string {
+	d := c.Description
+	if d == "" {
+		d = c.ID
+	}
+	var m map[string]any
+	if json.Unmarshal(params, &m) != nil || len(m) == 0 {
+		return d
+	}
+	s := d + " ("
+	first := true
+	for _, pd := range c.Parameters {
+		v, ok := m[pd.Name]
+		if !ok {
+			continue
+		}
+		if !first {
+			s += ", "
+		}
+		first = false
+		vb, _ := json.Marshal(v)
+		if len(vb) > 80 {
+			vb = append(vb[:77:77], "..."...)
+		}
+		s += pd.Name + "=" + string(vb)
+	}
+	return s + ")"
+}
+
+func firstByte(b []byte) byte {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c
+	}
+	return 0
+}
+
+// sessionProvider invokes capabilities of an app that serves them on its
+// own connection: the daemon sends invoke.capability to the app.
+type sessionProvider struct{ s *Session }
+
+func (sp sessionProvider) Invoke(ctx context.Context, c *api.Capability, source api.InvocationSource, params json.RawMessage) (*api.CapabilityResult, error) {
+	var res api.CapabilityResult
+	err := sp.s.peer.Call(ctx, api.MethodInvokeCapability, &api.InvokeCapabilityParams{
+		CapabilityID: c.ID, AppID: c.AppID, Source: source, Params: params,
+	}, &res)
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}

@@ -1,0 +1,370 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/manifest"
+	"github.com/pcp-dev/pcp/internal/store"
+)
+
+// ReservedPrefix is the app-id namespace of the daemon's own services.
+const ReservedPrefix = "pcp."
+
+// Provider executes capabilities of one app: an in-process service or a
+// connection that serves the app.
+type Provider interface {
+	Invoke(ctx context.Context, c *api.Capability, source api.InvocationSource, params json.RawMessage) (*api.CapabilityResult, error)
+}
+
+type appEntry struct {
+	id        string
+	manifest  *api.Manifest
+	raw       json.RawMessage
+	publisher string
+	signed    bool
+	builtin   bool
+	// provider executes the app's capabilities; nil while the app is not
+	// running. owner is the session serving it, nil for builtins.
+	provider Provider
+	owner    *Session
+	capIDs   []string
+}
+
+type capEntry struct {
+	api.Capability
+	app *appEntry
+}
+
+// indexAppLocked adds a to the registry. b.mu must be held (or the broker
+// not yet shared).
+func (b *Broker) indexAppLocked(a *appEntry) {
+	a.capIDs = a.capIDs[:0]
+	for _, d := range a.manifest.Capabilities {
+		id := a.id + "." + d.Name
+		b.caps[id] = &capEntry{Capability: api.Capability{
+			ID: id, Name: d.Name, Tier: d.Tier, TrustLevel: d.TrustLevel, AppID: a.id,
+			Description: d.Description, Parameters: d.Parameters,
+			ConfirmationType: d.ConfirmationType, UndoWindowMS: d.UndoWindowMS, TimeoutMS: d.TimeoutMS,
+		}, app: a}
+		a.capIDs = append(a.capIDs, id)
+	}
+	b.apps[a.id] = a
+}
+
+func (b *Broker) unindexAppLocked(a *appEntry) {
+	for _, id := range a.capIDs {
+		delete(b.caps, id)
+	}
+	delete(b.apps, a.id)
+}
+
+// Service is a capability provider compiled into the daemon (spec 001's
+// in-process dispatcher). Its app id must start with ReservedPrefix.
+type Service interface {
+	Provider
+	AppID() string
+	Manifest() *api.Manifest
+}
+
+// AddService registers an in-process service. Its capabilities are
+// available at once and are not persisted.
+func (b *Broker) AddService(svc Service) error {
+	m := svc.Manifest()
+	if !strings.HasPrefix(svc.AppID(), ReservedPrefix) {
+		return api.Errorf(api.CodeManifestInvalid, nil, "service %s: app id must start with %q", svc.AppID(), ReservedPrefix)
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := manifest.Parse(svc.AppID(), raw); err != nil {
+		return err
+	}
+	a := &appEntry{id: svc.AppID(), manifest: m, raw: raw, builtin: true, signed: true, publisher: "pcpd", provider: svc}
+	b.mu.Lock()
+	b.indexAppLocked(a)
+	b.mu.Unlock()
+	return nil
+}
+
+// RegisterCapability validates, verifies and registers a manifest. The
+// calling session serves the capabilities unless params.Serve is false.
+func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabilityParams) (*api.RegisterCapabilityResult, error) {
+	if p.AppID == "" {
+		return nil, api.MissingParam("app_id")
+	}
+	if len(p.Manifest) == 0 || string(p.Manifest) == "null" {
+		return nil, api.MissingParam("manifest")
+	}
+	if err := manifest.ValidateAppID(p.AppID); err != nil {
+		return nil, err
+	}
+	sess := SessionFrom(ctx)
+	start := b.now()
+	rec := audit.Record{Kind: "register", Actor: sess.Actor(), AppID: p.AppID}
+	fail := func(err error) (*api.RegisterCapabilityResult, error) {
+		rec.Outcome, rec.Duration = api.AsError(err).Code.Name(), b.now().Sub(start)
+		rec.Detail = detailJSON(map[string]any{"error": api.AsError(err).Message})
+		if aerr := b.audit(ctx, rec); aerr != nil {
+			return nil, aerr
+		}
+		return nil, err
+	}
+	if strings.HasPrefix(p.AppID, ReservedPrefix) {
+		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID}, "app id namespace %q is reserved for the daemon", ReservedPrefix))
+	}
+	m, err := manifest.Parse(p.AppID, p.Manifest)
+	if err != nil {
+		return fail(err)
+	}
+	signed, publisher := false, ""
+	if m.Signature == "" && b.cfg.AllowUnsigned {
+		// Development mode: accepted, recorded as unsigned.
+	} else {
+		ts, _ := manifest.LoadTrustDir(b.cfg.TrustDir)
+		publisher, err = ts.Verify(p.AppID, p.Manifest)
+		if err != nil {
+			return fail(err)
+		}
+		signed = true
+	}
+	serve := p.Serve == nil || *p.Serve
+	if sess == nil || sess.peer == nil {
+		serve = false
+	}
+
+	b.mu.Lock()
+	if r, ok := b.revoked[p.AppID]; ok {
+		b.mu.Unlock()
+		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID, "revoked": true, "reason": r.Reason},
+			"app %s is revoked; the user must allow it again", p.AppID))
+	}
+	old := b.apps[p.AppID]
+	if old != nil && old.owner != nil && old.owner != sess {
+		b.mu.Unlock()
+		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID},
+			"app %s is served by another connection", p.AppID))
+	}
+	b.mu.Unlock()
+
+	if err := b.store.SaveApp(ctx, store.AppRecord{AppID: p.AppID, Manifest: p.Manifest, Publisher: publisher, Signed: signed, UpdatedAt: b.now()}); err != nil {
+		return fail(&api.Error{Code: api.CodeInternalError, Message: "saving manifest: " + err.Error()})
+	}
+	a := &appEntry{id: p.AppID, manifest: m, raw: p.Manifest, publisher: publisher, signed: signed}
+	if serve {
+		a.owner = sess
+		a.provider = sessionProvider{sess}
+	}
+
+	b.mu.Lock()
+	if r, ok := b.revoked[p.AppID]; ok {
+		// Revoked while we saved: the revocation wins.
+		b.mu.Unlock()
+		b.store.DeleteApp(context.WithoutCancel(ctx), p.AppID)
+		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID, "revoked": true, "reason": r.Reason}, "app %s is revoked", p.AppID))
+	}
+	var removed []string
+	wasRunning := false
+	if old = b.apps[p.AppID]; old != nil {
+		wasRunning = old.provider != nil
+		b.unindexAppLocked(old)
+	}
+	b.indexAppLocked(a)
+	if old != nil {
+		for _, id := range old.capIDs {
+			if _, still := b.caps[id]; !still {
+				removed = append(removed, id)
+			}
+		}
+	}
+	if serve {
+		sess.mu.Lock()
+		sess.apps[p.AppID] = true
+		sess.mu.Unlock()
+	}
+	ids := append([]string(nil), a.capIDs...)
+	caps := make([]api.Capability, 0, len(ids))
+	for _, id := range ids {
+		caps = append(caps, b.caps[id].Capability)
+	}
+	b.mu.Unlock()
+
+	rec.Outcome, rec.Duration = "success", b.now().Sub(start)
+	rec.Detail = detailJSON(map[string]any{"capability_ids": ids, "signed": signed, "publisher": publisher, "serve": serve})
+	if err := b.audit(ctx, rec); err != nil {
+		return nil, err
+	}
+	for _, id := range removed {
+		b.publish(api.EventCapabilityUnregistered, p.AppID, "", map[string]any{"capability_id": id, "app_id": p.AppID, "reason": "removed from manifest"})
+	}
+	for _, c := range caps {
+		b.publish(api.EventCapabilityRegistered, p.AppID, "", map[string]any{
+			"capability_id": c.ID, "app_id": p.AppID, "name": c.Name, "tier": c.Tier, "trust_level": c.TrustLevel,
+		})
+	}
+	if serve && !wasRunning {
+		b.publish(api.EventAppConnected, p.AppID, "", map[string]any{"app_id": p.AppID})
+	}
+	return &api.RegisterCapabilityResult{Registered: true, CapabilityIDs: ids}, nil
+}
+
+// QueryCapabilities lists capabilities, optionally of one app and tier,
+// sorted by id.
+func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilitiesParams) (*api.QueryCapabilitiesResult, error) {
+	if p.Tier != nil && (*p.Tier < 1 || *p.Tier > 3) {
+		return nil, api.InvalidParam("tier", "must be 1, 2 or 3, got %d", *p.Tier)
+	}
+	b.mu.RLock()
+	out := make([]api.Capability, 0, len(b.caps))
+	for _, c := range b.caps {
+		if p.AppID != "" && c.AppID != p.AppID {
+			continue
+		}
+		if p.Tier != nil && c.Tier != *p.Tier {
+			continue
+		}
+		cc := c.Capability
+		cc.Available = c.app.provider != nil
+		out = append(out, cc)
+	}
+	b.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return &api.QueryCapabilitiesResult{Capabilities: out}, nil
+}
+
+// Apps lists registered, builtin and revoked applications.
+func (b *Broker) Apps(ctx context.Context) (*api.AppsListResult, error) {
+	b.mu.RLock()
+	out := make([]api.App, 0, len(b.apps)+len(b.revoked))
+	for _, a := range b.apps {
+		st := api.AppNotRunning
+		switch {
+		case a.builtin:
+			st = api.AppBuiltin
+		case a.provider != nil:
+			st = api.AppRunning
+		}
+		out = append(out, api.App{AppID: a.id, State: st, Capabilities: len(a.capIDs), Publisher: a.publisher, Signed: a.signed})
+	}
+	for _, r := range b.revoked {
+		out = append(out, api.App{AppID: r.AppID, State: api.AppRevoked, RevokedAt: r.RevokedAt.UTC().Format(time.RFC3339), Reason: r.Reason})
+	}
+	b.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].AppID < out[j].AppID })
+	return &api.AppsListResult{Apps: out}, nil
+}
+
+// RevokeApp removes an app's capabilities, ends its subscriptions and
+// those scoped to it, closes its connections and keeps it revoked across
+// restarts until the user allows it again.
+func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.RevokeAppResult, error) {
+	if p.AppID == "" {
+		return nil, api.MissingParam("app_id")
+	}
+	if err := manifest.ValidateAppID(p.AppID); err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(p.AppID, ReservedPrefix) {
+		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID}, "the daemon's own services cannot be revoked")
+	}
+	start := b.now()
+	b.mu.RLock()
+	_, known := b.apps[p.AppID]
+	_, already := b.revoked[p.AppID]
+	b.mu.RUnlock()
+	if !known && !already {
+		return nil, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": p.AppID}, "app %s is not registered", p.AppID)
+	}
+	at := b.now()
+	if err := b.store.Revoke(ctx, p.AppID, p.Reason, at); err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "recording revocation: " + err.Error()}
+	}
+	if err := b.store.DeleteApp(ctx, p.AppID); err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "deleting manifest: " + err.Error()}
+	}
+
+	b.mu.Lock()
+	b.revoked[p.AppID] = store.Revocation{AppID: p.AppID, Reason: p.Reason, RevokedAt: at}
+	var capIDs []string
+	owners := map[*Session]bool{}
+	if a := b.apps[p.AppID]; a != nil {
+		capIDs = append(capIDs, a.capIDs...)
+		b.unindexAppLocked(a)
+		if a.owner != nil {
+			owners[a.owner] = true
+		}
+	}
+	b.mu.Unlock()
+
+	b.mu.Lock()
+	var ended []*subscription
+	for _, sub := range b.subs {
+		if sub.appID == p.AppID || owners[sub.sess] {
+			ended = append(ended, sub)
+		}
+	}
+	b.mu.Unlock()
+
+	rec := audit.Record{Kind: "revoke", Actor: SessionFrom(ctx).Actor(), AppID: p.AppID, Outcome: "success", Duration: b.now().Sub(start),
+		Detail: detailJSON(map[string]any{"reason": p.Reason, "capability_ids": capIDs, "terminated_subscriptions": len(ended)})}
+	if err := b.audit(ctx, rec); err != nil {
+		return nil, err
+	}
+	// Subscribers, those about to be ended included, learn of the
+	// revocation before their subscriptions end.
+	for _, id := range capIDs {
+		b.publish(api.EventCapabilityUnregistered, p.AppID, "", map[string]any{"capability_id": id, "app_id": p.AppID, "reason": "revoked"})
+	}
+	b.publish(api.EventAppRevoked, p.AppID, "", map[string]any{"app_id": p.AppID, "reason": p.Reason})
+	b.mu.Lock()
+	for _, sub := range ended {
+		delete(b.subs, sub.id)
+	}
+	b.mu.Unlock()
+	for _, sub := range ended {
+		if !owners[sub.sess] {
+			sub.end("app " + p.AppID + " revoked")
+		} else {
+			sub.stop()
+		}
+	}
+	for s := range owners {
+		s.closeGracefully()
+	}
+	return &api.RevokeAppResult{Revoked: true, TerminatedSubscriptions: len(ended)}, nil
+}
+
+// AllowApp lifts a revocation. Only the user may call it.
+func (b *Broker) AllowApp(ctx context.Context, p *api.AppsAllowParams) (*api.AppsAllowResult, error) {
+	if roleOf(ctx) != RoleUser {
+		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"required_role": "user"}, "only the user may allow an app; use the control socket")
+	}
+	if p.AppID == "" {
+		return nil, api.MissingParam("app_id")
+	}
+	if err := manifest.ValidateAppID(p.AppID); err != nil {
+		return nil, err
+	}
+	was, err := b.store.Allow(ctx, p.AppID)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "lifting revocation: " + err.Error()}
+	}
+	b.mu.Lock()
+	delete(b.revoked, p.AppID)
+	b.mu.Unlock()
+	rec := audit.Record{Kind: "allow", Actor: SessionFrom(ctx).Actor(), AppID: p.AppID, Outcome: "success",
+		Detail: detailJSON(map[string]any{"was_revoked": was})}
+	if err := b.audit(ctx, rec); err != nil {
+		return nil, err
+	}
+	if was {
+		b.publish(api.EventAppAllowed, p.AppID, "", map[string]any{"app_id": p.AppID})
+	}
+	return &api.AppsAllowResult{Allowed: true, WasRevoked: was}, nil
+}

@@ -1,0 +1,295 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/tools/txtar"
+
+	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/store"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
+
+// A golden transcript is a txtar file with a "transcript" section of
+// lines, each addressed to a named connection:
+//
+//	NAME> {...}     send this line on NAME
+//	NAME< {...}     the next line NAME receives is exactly this
+//	NAME! close     close NAME
+//	# ...           a comment
+//
+// Connections open at first use. Names starting with "user" are the
+// user's control socket; names starting with "tcp" need the bearer token
+// "test-token"; every other name is an agent-socket connection. An
+// optional "config" section sets "allow_unsigned" and "max_line N".
+//
+// The broker runs with a fixed clock and deterministic ids, so replies
+// are compared byte for byte. Run with -update to regenerate the expected
+// lines after an intended change, and review the diff.
+func TestGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txtar")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden transcripts found: %v", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) { runGolden(t, f) })
+	}
+}
+
+// fixedNow is the clock of golden runs: 2023-11-13T11:55:43Z, the
+// timestamp of spec 000's pushed-event example.
+var fixedNow = time.Unix(1699876543, 0).UTC()
+
+type goldenEnv struct {
+	t     *testing.T
+	srv   *Server
+	conns map[string]*goldenConn
+	wg    sync.WaitGroup
+}
+
+type goldenConn struct {
+	c  net.Conn
+	rd *bufio.Reader
+}
+
+func runGolden(t *testing.T, file string) {
+	ar, err := txtar.ParseFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var transcript []byte
+	allowUnsigned, maxLine := false, 0
+	for _, f := range ar.Files {
+		switch f.Name {
+		case "transcript":
+			transcript = f.Data
+		case "config":
+			for _, line := range strings.Split(string(f.Data), "\n") {
+				fields := strings.Fields(line)
+				switch {
+				case len(fields) == 0:
+				case fields[0] == "allow_unsigned":
+					allowUnsigned = true
+				case fields[0] == "max_line" && len(fields) == 2:
+					maxLine, _ = strconv.Atoi(fields[1])
+				default:
+					t.Fatalf("unknown config line %q", line)
+				}
+			}
+		}
+	}
+	for _, k := range []string{"XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "DISPLAY", "WAYLAND_DISPLAY"} {
+		t.Setenv(k, "")
+	}
+	env := newGoldenEnv(t, allowUnsigned, maxLine)
+	defer env.close()
+
+	var out bytes.Buffer
+	lines := strings.Split(string(transcript), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		name, op, rest, ok := parseLine(line)
+		if !ok {
+			out.WriteString(line + "\n")
+			continue
+		}
+		switch op {
+		case '>':
+			env.conn(name).send(t, rest)
+			out.WriteString(line + "\n")
+		case '<':
+			// Consecutive lines a connection receives form a block whose
+			// order is not fixed: JSON-RPC orders neither replies nor
+			// notifications relative to each other.
+			want := []string{rest}
+			for i+1 < len(lines) {
+				n2, op2, rest2, ok2 := parseLine(lines[i+1])
+				if !ok2 || n2 != name || op2 != '<' {
+					break
+				}
+				want = append(want, rest2)
+				i++
+			}
+			var got []string
+			for range want {
+				g, err := env.conn(name).recv()
+				if err != nil {
+					t.Errorf("%s:%d: %s: reading reply: %v (want %s)", file, i+1, name, err, want[len(got)])
+					if !*update {
+						return
+					}
+					g = "?"
+				}
+				got = append(got, g)
+			}
+			if !sameLines(got, want) {
+				if !*update {
+					t.Errorf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+					return
+				}
+				want = got
+			}
+			for _, w := range want {
+				out.WriteString(name + "< " + w + "\n")
+			}
+		case '!':
+			switch rest {
+			case "close":
+				env.conn(name).c.Close()
+				delete(env.conns, name)
+				// Let the daemon notice before the next line.
+				time.Sleep(50 * time.Millisecond)
+			default:
+				t.Fatalf("%s:%d: unknown directive %q", file, i+1, rest)
+			}
+			out.WriteString(line + "\n")
+		}
+	}
+	if *update {
+		for i := range ar.Files {
+			if ar.Files[i].Name == "transcript" {
+				ar.Files[i].Data = out.Bytes()
+			}
+		}
+		if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sameLines reports whether got and want hold the same lines, in any order.
+func sameLines(got, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	a, b := slices.Clone(got), slices.Clone(want)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func parseLine(line string) (name string, op byte, rest string, ok bool) {
+	if line == "" || line[0] == '#' {
+		return "", 0, "", false
+	}
+	i := strings.IndexAny(line, "<>!")
+	if i <= 0 || i+1 >= len(line) || line[i+1] != ' ' {
+		return "", 0, "", false
+	}
+	return line[:i], line[i], line[i+2:], true
+}
+
+func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int) *goldenEnv {
+	st, err := store.OpenMemory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var (
+		idMu sync.Mutex
+		ids  = map[string]int{}
+	)
+	b, err := core.New(context.Background(), core.Config{
+		Store:         st,
+		TrustDir:      t.TempDir(),
+		AllowUnsigned: allowUnsigned,
+		SessionID:     "session-1",
+		Now:           func() time.Time { return fixedNow },
+		NewID: func(prefix string) string {
+			idMu.Lock()
+			defer idMu.Unlock()
+			ids[prefix]++
+			return fmt.Sprintf("%s-%d", prefix, ids[prefix])
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := addTestService(b); err != nil {
+		t.Fatal(err)
+	}
+	return &goldenEnv{t: t, srv: NewServer(b, Options{MaxLine: maxLine, Token: "test-token"}), conns: map[string]*goldenConn{}}
+}
+
+func (e *goldenEnv) conn(name string) *goldenConn {
+	if c, ok := e.conns[name]; ok {
+		return c
+	}
+	client, server := socketPair(e.t)
+	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
+	switch {
+	case strings.HasPrefix(name, "user"):
+		info.Role = core.RoleUser
+	case strings.HasPrefix(name, "tcp"):
+		info = core.SessionInfo{Role: core.RoleAgent, Transport: "tcp", Remote: "127.0.0.1:50000", NeedsAuth: true, UID: -1, PID: -1}
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.srv.ServeConn(server, info)
+	}()
+	gc := &goldenConn{c: client, rd: bufio.NewReaderSize(client, 1<<20)}
+	e.conns[name] = gc
+	return gc
+}
+
+func (e *goldenEnv) close() {
+	for _, c := range e.conns {
+		c.c.Close()
+	}
+	e.wg.Wait()
+}
+
+func (c *goldenConn) send(t *testing.T, line string) {
+	c.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.c.Write([]byte(line + "\n")); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+func (c *goldenConn) recv() (string, error) {
+	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := c.rd.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(line, "\n"), nil
+}
+
+// socketPair returns two connected Unix stream sockets, so the daemon
+// side has kernel buffers and real socket semantics.
+func socketPair(t *testing.T) (net.Conn, net.Conn) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(fd int, name string) net.Conn {
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	return mk(fds[0], "client"), mk(fds[1], "server")
+}

@@ -1,0 +1,421 @@
+package jsonrpc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+)
+
+// Handler serves the peer's requests and notifications. Requests are
+// handled concurrently, each on its own goroutine. Notifications are
+// handled one at a time on the read loop, in the order they arrived, so
+// Handle must return promptly for them. ctx is cancelled when the
+// connection closes. For a notification the result is discarded. An error that is not an *api.Error is answered as
+// INTERNAL_ERROR.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) (result any, err error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) (any, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) (any, error) { return f(ctx, m) }
+
+// Options configure a Conn.
+type Options struct {
+	// Handler serves incoming requests; nil answers METHOD_NOT_FOUND.
+	Handler Handler
+	// MaxLine bounds one incoming line; 0 means DefaultMaxLine.
+	MaxLine int
+	// MaxInFlight bounds the peer's requests being handled at once; the
+	// connection stops reading while it is reached. 0 means 256.
+	MaxInFlight int
+	// WriteTimeout closes the connection when the peer does not read a
+	// reply for this long. 0 means one minute; negative disables it.
+	WriteTimeout time.Duration
+	// OnProtocolError, if set, is told of each message answered with a
+	// decode error (for logging).
+	OnProtocolError func(*api.Error)
+}
+
+// Conn is one JSON-RPC 2.0 connection, symmetric: it serves the peer's
+// requests and lets this side send requests and notifications to the peer.
+//
+// Concurrency: Call, Notify and Close may be called from any goroutine.
+// Run owns the read loop; it must be called exactly once.
+type Conn struct {
+	rwc  io.ReadWriteCloser
+	opts Options
+
+	ctx    context.Context // cancelled when the connection closes
+	cancel context.CancelFunc
+
+	// wmu guards bw. queued counts writers that have announced a line and
+	// not yet written it; the last of them flushes, so lines written
+	// together share one syscall.
+	wmu    sync.Mutex
+	bw     *bufio.Writer
+	queued atomic.Int32
+
+	nextID atomic.Int64
+	// pmu guards pending.
+	pmu     sync.Mutex
+	pending map[string]chan *Message
+
+	handlers  sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+}
+
+// NewConn wraps rwc. Call Run to start serving.
+func NewConn(rwc io.ReadWriteCloser, opts Options) *Conn {
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = DefaultMaxLine
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 256
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = time.Minute
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Conn{
+		rwc:     rwc,
+		opts:    opts,
+		ctx:     ctx,
+		cancel:  cancel,
+		bw:      bufio.NewWriterSize(rwc, 32<<10),
+		pending: make(map[string]chan *Message),
+		done:    make(chan struct{}),
+	}
+}
+
+// Context is cancelled when the connection closes.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// Done is closed when the connection has closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// CloseWhenIdle stops reading from the peer and closes the connection
+// once the requests already read have been answered: a handler may call
+// it to end its own connection after its reply.
+func (c *Conn) CloseWhenIdle() {
+	if cr, ok := c.rwc.(interface{ CloseRead() error }); ok && cr.CloseRead() == nil {
+		return // Run sees EOF, answers what it has, then closes
+	}
+	c.Close()
+}
+
+// Close closes the connection and fails outstanding calls. It is safe to
+// call more than once.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.closeErr = c.rwc.Close()
+		c.pmu.Lock()
+		for k, ch := range c.pending {
+			delete(c.pending, k)
+			close(ch)
+		}
+		c.pmu.Unlock()
+		close(c.done)
+	})
+	return c.closeErr
+}
+
+// Run reads and serves messages until the peer closes the connection, a
+// read fails, or Close is called. When the peer stops sending (EOF), the
+// requests already read are still answered before the connection closes;
+// Run returns once every handler has returned.
+func (c *Conn) Run() error {
+	defer func() {
+		c.handlers.Wait()
+		c.Close()
+	}()
+	lr := NewLineReader(c.rwc, c.opts.MaxLine)
+	sem := make(chan struct{}, c.opts.MaxInFlight)
+	for {
+		line, err := lr.ReadLine()
+		if err == ErrLineTooLong {
+			c.protocolError(nil, &api.Error{
+				Code:    api.CodeInvalidRequest,
+				Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, c.opts.MaxLine),
+				Data:    map[string]any{"limit": c.opts.MaxLine, "size": lr.Skipped},
+			})
+			continue
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) || c.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if len(firstNonSpace(line)) == 0 {
+			continue // blank lines are keep-alives
+		}
+		d := Decode(line)
+		if !d.Batch {
+			for _, e := range d.Errors {
+				c.protocolError(e.ID, e.Err)
+			}
+			for _, m := range d.Messages {
+				if m.IsResponse() {
+					c.deliver(m)
+					continue
+				}
+				if m.IsNotification() {
+					c.handle(m)
+					continue
+				}
+				select {
+				case sem <- struct{}{}:
+				case <-c.ctx.Done():
+					return nil
+				}
+				c.handlers.Add(1)
+				go func() {
+					defer func() { <-sem; c.handlers.Done() }()
+					c.serveOne(m)
+				}()
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-c.ctx.Done():
+			return nil
+		}
+		c.handlers.Add(1)
+		go func() {
+			defer func() { <-sem; c.handlers.Done() }()
+			c.serveBatch(d)
+		}()
+	}
+}
+
+func firstNonSpace(b []byte) []byte {
+	for i, ch := range b {
+		switch ch {
+		case ' ', '\t', '\r':
+			continue
+		}
+		return b[i:]
+	}
+	return nil
+}
+
+func (c *Conn) protocolError(id json.RawMessage, e *api.Error) {
+	if c.opts.OnProtocolError != nil {
+		c.opts.OnProtocolError(e)
+	}
+	c.writeLine(AppendError(nil, id, e))
+}
+
+// serveOne handles a request or notification and writes the reply.
+func (c *Conn) serveOne(m *Message) {
+	reply := c.handle(m)
+	if reply != nil {
+		c.writeLine(reply)
+	}
+}
+
+// handle runs the handler and returns the encoded reply, or nil for a
+// notification.
+func (c *Conn) handle(m *Message) (reply []byte) {
+	var (
+		result any
+		err    error
+	)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = &api.Error{Code: api.CodeInternalError, Message: fmt.Sprintf("handler panic: %v", r)}
+			}
+		}()
+		if c.opts.Handler == nil {
+			err = &api.Error{Code: api.CodeMethodNotFound, Message: "method not found: " + m.Method, Data: map[string]any{"method": m.Method}}
+			return
+		}
+		result, err = c.opts.Handler.Handle(c.ctx, m)
+	}()
+	if m.ID == nil {
+		return nil
+	}
+	if err != nil {
+		return AppendError(nil, m.ID, api.AsError(err))
+	}
+	b, merr := Marshal(result)
+	if merr != nil {
+		return AppendError(nil, m.ID, &api.Error{Code: api.CodeInternalError, Message: "encoding result: " + merr.Error()})
+	}
+	return AppendResult(make([]byte, 0, len(b)+64), m.ID, b)
+}
+
+func (c *Conn) serveBatch(d Decoded) {
+	replies := make([][]byte, 0, len(d.Messages)+len(d.Errors))
+	for _, e := range d.Errors {
+		if c.opts.OnProtocolError != nil {
+			c.opts.OnProtocolError(e.Err)
+		}
+		replies = append(replies, AppendError(nil, e.ID, e.Err))
+	}
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		out = make([][]byte, len(d.Messages))
+	)
+	for i, m := range d.Messages {
+		if m.IsResponse() {
+			c.deliver(m)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := c.handle(m)
+			mu.Lock()
+			out[i] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, r := range out {
+		if r != nil {
+			replies = append(replies, r)
+		}
+	}
+	if len(replies) == 0 {
+		return // all notifications: no reply at all
+	}
+	line := []byte{'['}
+	for i, r := range replies {
+		if i > 0 {
+			line = append(line, ',')
+		}
+		line = append(line, r...)
+	}
+	c.writeLine(append(line, ']'))
+}
+
+func (c *Conn) deliver(m *Message) {
+	key := IDKey(m.ID)
+	c.pmu.Lock()
+	ch, ok := c.pending[key]
+	delete(c.pending, key)
+	c.pmu.Unlock()
+	if ok {
+		ch <- m
+	}
+}
+
+type deadliner interface{ SetWriteDeadline(time.Time) error }
+
+// writeLine writes one line. Lines from concurrent writers are coalesced:
+// the last writer waiting flushes.
+func (c *Conn) writeLine(b []byte) error {
+	c.queued.Add(1)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.ctx.Err() != nil {
+		c.queued.Add(-1)
+		return net.ErrClosed
+	}
+	c.bw.Write(b)
+	c.bw.WriteByte('\n')
+	if c.queued.Add(-1) != 0 {
+		return nil
+	}
+	if d, ok := c.rwc.(deadliner); ok && c.opts.WriteTimeout > 0 {
+		d.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.Close()
+		return err
+	}
+	return nil
+}
+
+// ErrClosed is returned by Call when the connection closed before the
+// peer answered. It wraps net.ErrClosed, so callers that know nothing of
+// this package can test for it.
+var ErrClosed = fmt.Errorf("jsonrpc: connection closed: %w", net.ErrClosed)
+
+// Call sends a request and decodes the result into result (which may be
+// nil or a *json.RawMessage). An error response is returned as *api.Error.
+func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	var pb []byte
+	if params != nil {
+		var err error
+		if pb, err = Marshal(params); err != nil {
+			return fmt.Errorf("jsonrpc: encoding %s params: %w", method, err)
+		}
+	}
+	n := c.nextID.Add(1)
+	id := json.RawMessage(strconv.AppendInt(nil, n, 10))
+	ch := make(chan *Message, 1)
+	key := IDKey(id)
+	c.pmu.Lock()
+	if c.ctx.Err() != nil {
+		c.pmu.Unlock()
+		return ErrClosed
+	}
+	c.pending[key] = ch
+	c.pmu.Unlock()
+	if err := c.writeLine(AppendRequest(nil, id, method, pb)); err != nil {
+		c.forget(key)
+		return ErrClosed
+	}
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			return ErrClosed
+		}
+		if m.Error != nil {
+			return m.Error
+		}
+		if result == nil {
+			return nil
+		}
+		if r, ok := result.(*json.RawMessage); ok {
+			*r = m.Result
+			return nil
+		}
+		if err := json.Unmarshal(m.Result, result); err != nil {
+			return fmt.Errorf("jsonrpc: decoding %s result: %w", method, err)
+		}
+		return nil
+	case <-ctx.Done():
+		c.forget(key)
+		return ctx.Err()
+	}
+}
+
+func (c *Conn) forget(key string) {
+	c.pmu.Lock()
+	delete(c.pending, key)
+	c.pmu.Unlock()
+}
+
+// Notify sends a notification.
+func (c *Conn) Notify(method string, params any) error {
+	var pb []byte
+	if params != nil {
+		var err error
+		if pb, err = Marshal(params); err != nil {
+			return fmt.Errorf("jsonrpc: encoding %s params: %w", method, err)
+		}
+	}
+	return c.writeLine(AppendRequest(nil, nil, method, pb))
+}

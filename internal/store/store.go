@@ -1,0 +1,360 @@
+// Package store keeps PCP's durable state in one SQLite file: registered
+// apps, revocations, the bounded event journal and the hash-chained audit
+// log (whose chain is defined by internal/audit).
+//
+// # Writes: one writer goroutine, group commit
+//
+// Every write goes through a single writer goroutine that owns the write
+// connection. Callers queue work (an audit record, an event, or a state
+// change such as SaveApp) and the writer drains everything queued into one
+// transaction, commits it, and only then releases the callers that wait.
+// Under load many appends share one commit, so throughput grows with
+// concurrency while every caller still returns only after its write is
+// committed. The writer also assigns each audit entry its seq and hash in
+// commit order, so the chain is sequential without any lock held across
+// I/O by callers.
+//
+// If a batch fails, the writer rolls it back and retries each queued item
+// in its own transaction, so one bad item fails only its own caller.
+//
+// Durability: the file is in WAL mode with synchronous=NORMAL. A committed
+// write survives the process being killed; after a power loss or an OS
+// crash the newest commits may be lost (they were never fsynced), but the
+// file stays consistent and the chain still verifies.
+//
+// # Reads
+//
+// Reads use a separate pool of read-only connections and see the latest
+// committed state of the file, including changes other processes made.
+// The in-memory store (OpenMemory) has a single connection shared by the
+// writer and readers.
+//
+// Only one Store may have a file open at a time: the writer assumes it is
+// the only process appending to the audit chain.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
+)
+
+// DefaultJournalLimit is how many events the journal keeps by default.
+const DefaultJournalLimit = 10000
+
+// busyTimeoutMS is how long a statement waits for a lock another
+// connection holds (a reader checkpointing, pcpctl, an external tool).
+const busyTimeoutMS = 5000
+
+// ErrClosed is returned by operations on a closed Store.
+var ErrClosed = errors.New("store: closed")
+
+// Option configures Open and OpenMemory.
+type Option func(*options)
+
+type options struct {
+	journalLimit int
+}
+
+// WithJournalLimit sets how many events the journal keeps; older ones are
+// deleted as new ones arrive. n <= 0 selects DefaultJournalLimit.
+func WithJournalLimit(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.journalLimit = n
+		}
+	}
+}
+
+// Store is the daemon's durable state. Its methods are safe for concurrent
+// use.
+//
+// Goroutines: Open starts exactly one, the writer (writer.run). Close stops
+// it after it has committed everything queued, and waits for it.
+type Store struct {
+	// wdb is the write connection (a pool limited to one). After Open
+	// returns it is used only by the writer goroutine; in memory mode
+	// readers share it too (rdb == wdb).
+	wdb *sql.DB
+	// rdb is the read pool; safe for concurrent use.
+	rdb *sql.DB
+
+	journalLimit int
+	// journalLen is the number of committed rows in the events table;
+	// stored by the writer after each commit, read by anyone.
+	journalLen atomic.Int64
+	// journalHeld counts the events the journal holds once every accepted
+	// event is committed: the rows at start plus each AppendEvent, capped
+	// at journalLimit. It moves with AppendEvent, so it is exact at once.
+	journalHeld atomic.Int64
+
+	w *writer
+
+	// mu guards the fields below. It is never held across I/O.
+	mu sync.Mutex
+	// queue holds requests the writer has not taken yet, in arrival order.
+	queue []*request
+	// events holds journal events the writer has not taken yet, at most
+	// journalLimit of them (older pending events would be trimmed anyway).
+	events []api.Event
+	// closing is set by Close; no new work is queued after it.
+	closing bool
+	// head is the last committed audit entry; the writer sets it after
+	// each commit.
+	head chainHead
+
+	// wake has capacity one; a send tells the writer there is work (or
+	// that closing is set). Senders never block.
+	wake chan struct{}
+	// writerDone is closed when the writer goroutine returns.
+	writerDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// chainHead is the seq and hash of the newest committed audit entry.
+type chainHead struct {
+	seq  int64
+	hash []byte // nil before the first entry
+}
+
+// Open opens (creating if needed) the state database at path, migrates its
+// schema, and starts the writer. The parent directory is created with mode
+// 0700 and a new file with mode 0600.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	// SQLite would create the file with the umask's permissions; the log
+	// is the user's business only.
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	f.Close()
+
+	wdb, err := sql.Open("sqlite", fileDSN(abs, url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS),
+			"journal_mode(WAL)",
+			"synchronous(NORMAL)",
+			"foreign_keys(1)",
+		},
+		"_txlock": {"immediate"},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", abs, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	var mode string
+	if err := wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("store: %s: %w", abs, err)
+	}
+	if mode != "wal" {
+		wdb.Close()
+		return nil, fmt.Errorf("store: %s: journal mode is %q, want wal", abs, mode)
+	}
+	if err := migrate(ctx, wdb); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("store: %s: %w", abs, err)
+	}
+	rdb, err := sql.Open("sqlite", fileDSN(abs, url.Values{
+		"_pragma": {
+			fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS),
+			"foreign_keys(1)",
+			"query_only(1)",
+		},
+	}))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("store: %s: %w", abs, err)
+	}
+	rdb.SetMaxOpenConns(8)
+	rdb.SetMaxIdleConns(8)
+	s, err := start(ctx, wdb, rdb, opts)
+	if err != nil {
+		rdb.Close()
+		wdb.Close()
+		return nil, fmt.Errorf("store: %s: %w", abs, err)
+	}
+	return s, nil
+}
+
+// OpenMemory opens an empty store held in memory, for tests. It behaves
+// as a file store does except that nothing outlives Close.
+func OpenMemory(ctx context.Context, opts ...Option) (*Store, error) {
+	// Every connection to ":memory:" is a database of its own, so the
+	// pool is limited to one connection, shared by writer and readers,
+	// and that connection is never closed while the Store is open.
+	db, err := sql.Open("sqlite", ":memory:?_pragma=foreign_keys(1)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("store: memory: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: memory: %w", err)
+	}
+	s, err := start(ctx, db, db, opts)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: memory: %w", err)
+	}
+	return s, nil
+}
+
+// fileDSN returns the driver's URI for the file at the absolute path abs.
+// The path is escaped, so names holding '?', '#' or '%' are safe.
+func fileDSN(abs string, q url.Values) string {
+	u := url.URL{Scheme: "file", OmitHost: true, Path: filepath.ToSlash(abs), RawQuery: q.Encode()}
+	return u.String()
+}
+
+// start loads the state the writer needs and starts it.
+func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error) {
+	o := options{journalLimit: DefaultJournalLimit}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Store{
+		wdb:          wdb,
+		rdb:          rdb,
+		journalLimit: o.journalLimit,
+		wake:         make(chan struct{}, 1),
+		writerDone:   make(chan struct{}),
+	}
+
+	var seq sql.NullInt64
+	var hash sql.NullString
+	err := wdb.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return nil, fmt.Errorf("loading audit head: %w", err)
+	default:
+		h, err := hex.DecodeString(hash.String)
+		if err != nil || len(h) != audit.HashSize {
+			return nil, fmt.Errorf("audit entry %d has a malformed hash %q; run the audit verifier on this file", seq.Int64, hash.String)
+		}
+		s.head = chainHead{seq: seq.Int64, hash: h}
+	}
+
+	// Trim first, in case the limit was lowered since the last run.
+	if _, err := wdb.ExecContext(ctx, trimEventsSQL, s.journalLimit-1); err != nil {
+		return nil, fmt.Errorf("trimming event journal: %w", err)
+	}
+	var n int64
+	if err := wdb.QueryRowContext(ctx, `SELECT count(*) FROM events`).Scan(&n); err != nil {
+		return nil, fmt.Errorf("counting event journal: %w", err)
+	}
+	s.journalLen.Store(n)
+	s.journalHeld.Store(n)
+
+	w, err := newWriter(ctx, s, n)
+	if err != nil {
+		return nil, err
+	}
+	s.w = w
+	go w.run()
+	return s, nil
+}
+
+// Close commits everything queued, stops the writer and closes the
+// database. Later calls return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		s.mu.Unlock()
+		s.poke()
+		<-s.writerDone
+		s.w.close()
+		var errs []error
+		if s.rdb != s.wdb {
+			errs = append(errs, s.rdb.Close())
+		}
+		errs = append(errs, s.wdb.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// poke wakes the writer without blocking.
+func (s *Store) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue hands r to the writer; it fails once Close has begun.
+func (s *Store) enqueue(r *request) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.queue = append(s.queue, r)
+	s.mu.Unlock()
+	s.poke()
+	return nil
+}
+
+// do runs op in the writer's next transaction and waits for the commit.
+// If ctx ends first do returns ctx.Err(), and op may still run and commit.
+func (s *Store) do(ctx context.Context, op func(context.Context, *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := newRequest()
+	r.op = op
+	if err := s.enqueue(r); err != nil {
+		return err
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush waits until everything queued before the call, including events
+// from AppendEvent, is committed.
+func (s *Store) Flush(ctx context.Context) error {
+	return s.do(ctx, func(context.Context, *sql.Tx) error { return nil })
+}
+
+// formatTime is how every timestamp column stores time: the audit
+// layout, UTC with nine fractional digits, so text order is time order.
+func formatTime(t time.Time) string { return t.UTC().Format(audit.TimeFormat) }
+
+func parseTime(col, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("store: column %s: %w", col, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,723 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
+)
+
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 123456789, time.UTC)
+
+// openFile opens a store on a new file under t.TempDir and closes it at
+// the end of the test.
+func openFile(t testing.TB, opts ...Option) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state", "pcp.db")
+	s, err := Open(context.Background(), path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func reopen(t *testing.T, s *Store, path string, opts ...Option) *Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	s2, err := Open(context.Background(), path, opts...)
+	if err != nil {
+		t.Fatalf("reopening: %v", err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	return s2
+}
+
+// rawDB opens a separate, writable connection to the file, standing in
+// for another process editing it.
+func rawDB(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", fileDSN(path, url.Values{"_pragma": {"busy_timeout(5000)"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func record(i int) audit.Record {
+	return audit.Record{
+		Time:         t0.Add(time.Duration(i) * time.Second),
+		Kind:         "invoke",
+		Source:       string(api.SourceSystemIntelligence),
+		AppID:        "org.example.mail",
+		CapabilityID: "org.example.mail.compose",
+		ParamsDigest: audit.ParamsDigest(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))),
+		Outcome:      "success",
+		Duration:     time.Duration(i) * time.Millisecond,
+		Detail:       json.RawMessage(fmt.Sprintf(`{"i": %d, "note": "entry"}`, i)),
+	}
+}
+
+func appendN(t testing.TB, s *Store, n int) []api.AuditEntry {
+	t.Helper()
+	var out []api.AuditEntry
+	for i := range n {
+		e, err := s.AppendAudit(context.Background(), record(i))
+		if err != nil {
+			t.Fatalf("AppendAudit %d: %v", i, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// backends runs f against a file store and a memory store.
+func backends(t *testing.T, f func(t *testing.T, s *Store)) {
+	t.Run("file", func(t *testing.T) {
+		s, _ := openFile(t)
+		f(t, s)
+	})
+	t.Run("memory", func(t *testing.T) {
+		s, err := OpenMemory(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		f(t, s)
+	})
+}
+
+func TestApps(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		mail := AppRecord{AppID: "org.example.mail", Manifest: json.RawMessage(`{"version":"1"}`), Publisher: "Example", Signed: true, UpdatedAt: t0}
+		notes := AppRecord{AppID: "org.example.notes", Manifest: json.RawMessage(`{"version":"2"}`), UpdatedAt: t0.Add(time.Hour)}
+		mail3 := mail
+		mail3.Manifest = json.RawMessage(`{"version":"3"}`)
+		mail3.Signed = false
+		steps := []struct {
+			name string
+			do   func() error
+			want []AppRecord
+		}{
+			{"save one", func() error { return s.SaveApp(ctx, mail) }, []AppRecord{mail}},
+			{"save another", func() error { return s.SaveApp(ctx, notes) }, []AppRecord{mail, notes}},
+			{"replace", func() error { return s.SaveApp(ctx, mail3) }, []AppRecord{mail3, notes}},
+			{"delete", func() error { return s.DeleteApp(ctx, mail.AppID) }, []AppRecord{notes}},
+			{"delete missing", func() error { return s.DeleteApp(ctx, "org.example.none") }, []AppRecord{notes}},
+		}
+		for _, st := range steps {
+			if err := st.do(); err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			got, err := s.LoadApps(ctx)
+			if err != nil {
+				t.Fatalf("%s: LoadApps: %v", st.name, err)
+			}
+			if d := cmp.Diff(st.want, got); d != "" {
+				t.Errorf("%s: LoadApps (-want +got):\n%s", st.name, d)
+			}
+		}
+
+		for _, bad := range []AppRecord{{AppID: "", Manifest: json.RawMessage(`{}`)}, {AppID: "x", Manifest: json.RawMessage(`{`)}} {
+			if err := s.SaveApp(ctx, bad); err == nil {
+				t.Errorf("SaveApp(%+v) succeeded, want an error", bad)
+			}
+		}
+	})
+}
+
+func TestRevocations(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		steps := []struct {
+			name          string
+			do            func() (bool, error)
+			wantRevoked   bool
+			wantRevocList []Revocation
+		}{
+			{"revoke", func() (bool, error) { return false, s.Revoke(ctx, "a", "spam", t0) }, false,
+				[]Revocation{{"a", "spam", t0}}},
+			{"revoke again replaces", func() (bool, error) { return false, s.Revoke(ctx, "a", "worse", t0.Add(time.Minute)) }, false,
+				[]Revocation{{"a", "worse", t0.Add(time.Minute)}}},
+			{"revoke other", func() (bool, error) { return false, s.Revoke(ctx, "b", "", t0) }, false,
+				[]Revocation{{"a", "worse", t0.Add(time.Minute)}, {"b", "", t0}}},
+			{"allow", func() (bool, error) { return s.Allow(ctx, "a") }, true,
+				[]Revocation{{"b", "", t0}}},
+			{"allow not revoked", func() (bool, error) { return s.Allow(ctx, "a") }, false,
+				[]Revocation{{"b", "", t0}}},
+		}
+		for _, st := range steps {
+			was, err := st.do()
+			if err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if was != st.wantRevoked {
+				t.Errorf("%s: wasRevoked = %v, want %v", st.name, was, st.wantRevoked)
+			}
+			got, err := s.Revocations(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(st.wantRevocList, got); d != "" {
+				t.Errorf("%s: Revocations (-want +got):\n%s", st.name, d)
+			}
+		}
+	})
+}
+
+func TestAudit(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		if res, err := s.VerifyAudit(ctx); err != nil || !res.OK || res.Entries != 0 {
+			t.Errorf("empty log: VerifyAudit = %+v, %v; want ok with 0 entries", res, err)
+		}
+		es := appendN(t, s, 10)
+		for i, e := range es {
+			if got, want := e.Seq, int64(i+1); got != want {
+				t.Errorf("entry %d: seq = %d, want %d", i, got, want)
+			}
+		}
+		if got, want := es[0].PrevHash, strings.Repeat("0", 64); got != want {
+			t.Errorf("first prev_hash = %s, want %s", got, want)
+		}
+		if got, want := string(es[3].Detail), `{"i":3,"note":"entry"}`; got != want {
+			t.Errorf("detail = %s, want canonical %s", got, want)
+		}
+		tail, err := s.AuditTail(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(es[7:], tail); d != "" {
+			t.Errorf("AuditTail(3) (-want +got):\n%s", d)
+		}
+		all, err := s.AuditTail(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(es, all); d != "" {
+			t.Errorf("AuditTail(100) (-want +got):\n%s", d)
+		}
+		res, err := s.VerifyAudit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (api.AuditVerifyResult{OK: true, Entries: 10, Head: es[9].Hash}); res != want {
+			t.Errorf("VerifyAudit = %+v, want %+v", res, want)
+		}
+
+		// A zero time means now.
+		before := time.Now()
+		e, err := s.AppendAudit(ctx, audit.Record{Kind: "allow", AppID: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tm, err := time.Parse(time.RFC3339Nano, e.Time); err != nil || tm.Before(before.Add(-time.Second)) {
+			t.Errorf("time = %q, want about %v", e.Time, before)
+		}
+	})
+}
+
+func TestAppendAuditRejects(t *testing.T) {
+	s, _ := openFile(t)
+	ctx := context.Background()
+	for _, r := range []audit.Record{
+		{Time: t0},
+		{Time: t0, Kind: "invoke", Detail: json.RawMessage(`[1,2]`)},
+		{Time: t0, Kind: "invoke", Detail: json.RawMessage(`{"a":`)},
+	} {
+		if e, err := s.AppendAudit(ctx, r); err == nil {
+			t.Errorf("AppendAudit(%+v) = %+v, want an error", r, e)
+		}
+	}
+	// Rejected records take no seq.
+	if e := appendN(t, s, 1)[0]; e.Seq != 1 {
+		t.Errorf("seq after rejections = %d, want 1", e.Seq)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.AppendAudit(cctx, record(0)); !errors.Is(err, context.Canceled) {
+		t.Errorf("AppendAudit with a cancelled context: err = %v, want context.Canceled", err)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	s, path := openFile(t)
+	ctx := context.Background()
+	app := AppRecord{AppID: "org.example.mail", Manifest: json.RawMessage(`{"version":"1"}`), Publisher: "Example", Signed: true, UpdatedAt: t0}
+	if err := s.SaveApp(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Revoke(ctx, "org.example.bad", "malware", t0); err != nil {
+		t.Fatal(err)
+	}
+	before := appendN(t, s, 5)
+	for i := 1; i <= 7; i++ {
+		s.AppendEvent(api.Event{Sequence: int64(i), Type: api.EventAppConnected, Timestamp: 1000 + int64(i), AppID: "a", Data: json.RawMessage(`{"k":1}`)})
+	}
+	// Close commits the events, though nobody waited for them.
+
+	s = reopen(t, s, path)
+	apps, err := s.LoadApps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]AppRecord{app}, apps); d != "" {
+		t.Errorf("apps after restart (-want +got):\n%s", d)
+	}
+	revs, err := s.Revocations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]Revocation{{"org.example.bad", "malware", t0}}, revs); d != "" {
+		t.Errorf("revocations after restart (-want +got):\n%s", d)
+	}
+	if got, want := s.JournalLength(), int64(7); got != want {
+		t.Errorf("JournalLength = %d, want %d", got, want)
+	}
+	if seq, err := s.LastEventSeq(ctx); err != nil || seq != 7 {
+		t.Errorf("LastEventSeq = %d, %v; want 7", seq, err)
+	}
+	evs, err := s.RecentEvents(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.Event{
+		{Sequence: 6, Type: api.EventAppConnected, Timestamp: 1006, AppID: "a", Data: json.RawMessage(`{"k":1}`)},
+		{Sequence: 7, Type: api.EventAppConnected, Timestamp: 1007, AppID: "a", Data: json.RawMessage(`{"k":1}`)},
+	}
+	if d := cmp.Diff(want, evs); d != "" {
+		t.Errorf("RecentEvents after restart (-want +got):\n%s", d)
+	}
+
+	tail, err := s.AuditTail(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(before, tail); d != "" {
+		t.Errorf("audit after restart (-want +got):\n%s", d)
+	}
+	e, err := s.AppendAudit(ctx, record(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Seq != 6 || e.PrevHash != before[4].Hash {
+		t.Errorf("first entry after restart: seq %d prev_hash %s; want seq 6 prev_hash %s", e.Seq, e.PrevHash, before[4].Hash)
+	}
+	res, err := s.VerifyAudit(ctx)
+	if err != nil || !res.OK || res.Entries != 6 || res.Head != e.Hash {
+		t.Errorf("VerifyAudit after restart = %+v, %v; want ok, 6 entries, head %s", res, err, e.Hash)
+	}
+}
+
+func TestJournalBound(t *testing.T) {
+	ctx := context.Background()
+	s, path := openFile(t, WithJournalLimit(10))
+	for i := 1; i <= 25; i++ {
+		s.AppendEvent(api.Event{Sequence: int64(i), Type: api.EventSurfaceCreated, Timestamp: int64(i)})
+		if i%7 == 0 {
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A repeated sequence is ignored and not counted.
+	s.AppendEvent(api.Event{Sequence: 25, Type: "dup", Timestamp: 99})
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, n int64, first int64) {
+		t.Helper()
+		if got := s.JournalLength(); got != n {
+			t.Errorf("%s: JournalLength = %d, want %d", name, got, n)
+		}
+		evs, err := s.RecentEvents(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(evs)) != n || evs[0].Sequence != first || evs[len(evs)-1].Sequence != 25 || evs[len(evs)-1].Type != api.EventSurfaceCreated {
+			t.Errorf("%s: RecentEvents = %+v, want seqs %d..25", name, evs, first)
+		}
+		if evs[0].Data != nil {
+			t.Errorf("%s: absent data read back as %q, want nil", name, evs[0].Data)
+		}
+	}
+	check("limit 10", 10, 16)
+	s = reopen(t, s, path, WithJournalLimit(4))
+	check("reopened with limit 4", 4, 22)
+}
+
+func TestPendingEventsBounded(t *testing.T) {
+	s, err := OpenMemory(context.Background(), WithJournalLimit(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Hold the writer's connection, so events pile up.
+	conn, err := s.wdb.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		s.AppendEvent(api.Event{Sequence: int64(i), Type: "t"})
+	}
+	s.mu.Lock()
+	pending := len(s.events)
+	s.mu.Unlock()
+	if pending > 3 {
+		t.Errorf("%d events pending, want at most the journal limit 3", pending)
+	}
+	conn.Close()
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.RecentEvents(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 3 || evs[0].Sequence != 98 {
+		t.Errorf("journal = %+v, want seqs 98..100", evs)
+	}
+}
+
+// TestTamper edits one column of one entry through another connection,
+// as another process would, and expects both verifiers to name it.
+func TestTamper(t *testing.T) {
+	const n, victim = 10, 6
+	tests := []struct {
+		column, value, problem string
+	}{
+		{"outcome", "denied", "altered"},
+		{"app_id", "org.example.evil", "altered"},
+		{"detail", `{"i":99,"note":"entry"}`, "altered"},
+		{"detail", `{"i":`, "cannot be hashed"},
+		{"detail", "", "altered"},
+		{"time", "2025-06-01T12:00:05.000000000Z", "altered"},
+		{"kind", "allow", "altered"},
+		{"duration_us", "0", "altered"},
+		{"hash", strings.Repeat("a", 64), "altered"},
+		{"prev_hash", strings.Repeat("b", 64), "prev_hash"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.column+"="+tt.value, func(t *testing.T) {
+			s, path := openFile(t)
+			appendN(t, s, n)
+			if res, err := s.VerifyAudit(context.Background()); err != nil || !res.OK {
+				t.Fatalf("before tampering: VerifyAudit = %+v, %v", res, err)
+			}
+			var v any = tt.value
+			if tt.value == "" {
+				v = nil
+			}
+			if _, err := rawDB(t, path).Exec(`UPDATE audit SET `+tt.column+` = ? WHERE seq = ?`, v, victim); err != nil {
+				t.Fatal(err)
+			}
+			check := func(name string, res api.AuditVerifyResult, err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if res.OK || res.BrokenSeq != victim || res.Entries != victim-1 || !strings.Contains(res.Problem, tt.problem) {
+					t.Errorf("%s = %+v; want broken at seq %d after %d entries, problem mentioning %q",
+						name, res, victim, victim-1, tt.problem)
+				}
+			}
+			res, err := s.VerifyAudit(context.Background())
+			check("VerifyAudit", res, err)
+			res, err = VerifyFile(context.Background(), path)
+			check("VerifyFile while open", res, err)
+			s.Close()
+			res, err = VerifyFile(context.Background(), path)
+			check("VerifyFile after close", res, err)
+		})
+	}
+}
+
+func TestDeletedRows(t *testing.T) {
+	tests := []struct {
+		name      string
+		where     string
+		file      bool // whether VerifyFile can see it
+		broken    int64
+		entries   int64
+		problem   string
+		problemVA string // VerifyAudit's problem, if different
+	}{
+		{"middle", "seq = 4", true, 5, 3, "entry 4 is missing", ""},
+		{"first", "seq = 1", true, 2, 0, "entry 1 is missing", ""},
+		{"range", "seq BETWEEN 3 AND 6", true, 7, 2, "entries 3 to 6 are missing", ""},
+		{"newest", "seq = 8", false, 8, 7, "", "entry 8 was removed"},
+		{"newest three", "seq >= 6", false, 6, 5, "", "entries 6 to 8 were removed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, path := openFile(t)
+			appendN(t, s, 8)
+			if _, err := rawDB(t, path).Exec(`DELETE FROM audit WHERE ` + tt.where); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.VerifyAudit(context.Background())
+			want := tt.problem
+			if tt.problemVA != "" {
+				want = tt.problemVA
+			}
+			if err != nil || res.OK || res.BrokenSeq != tt.broken || res.Entries != tt.entries || !strings.Contains(res.Problem, want) {
+				t.Errorf("VerifyAudit = %+v, %v; want broken at %d after %d entries, problem mentioning %q", res, err, tt.broken, tt.entries, want)
+			}
+			res, err = VerifyFile(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.file {
+				if !res.OK {
+					t.Errorf("VerifyFile = %+v; a truncated chain is still a chain", res)
+				}
+				return
+			}
+			if res.OK || res.BrokenSeq != tt.broken || !strings.Contains(res.Problem, tt.problem) {
+				t.Errorf("VerifyFile = %+v; want broken at %d, problem mentioning %q", res, tt.broken, tt.problem)
+			}
+		})
+	}
+}
+
+// TestRewrittenLog replaces the whole log with a valid chain of other
+// entries; only the committed head gives it away.
+func TestRewrittenLog(t *testing.T) {
+	s, path := openFile(t)
+	appendN(t, s, 3)
+	db := rawDB(t, path)
+	if _, err := db.Exec(`DELETE FROM audit`); err != nil {
+		t.Fatal(err)
+	}
+	var prev []byte
+	for i := range 3 {
+		r := record(i)
+		r.Outcome = "forged"
+		e, h, err := audit.Seal(prev, int64(i+1), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev = h
+		if _, err := db.Exec(insertAuditSQL, e.Seq, e.Time, e.Kind, e.Source, e.Actor, e.AppID, e.CapabilityID,
+			e.ParamsDigest, e.Outcome, e.DurationUS, string(e.Detail), e.PrevHash, e.Hash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := s.VerifyAudit(context.Background())
+	if err != nil || res.OK || res.BrokenSeq != 3 || !strings.Contains(res.Problem, "rewritten") {
+		t.Errorf("VerifyAudit = %+v, %v; want broken at 3, rewritten", res, err)
+	}
+}
+
+func TestConcurrentAppend(t *testing.T) {
+	const workers, each = 64, 200
+	s, path := openFile(t)
+	ctx := context.Background()
+	seqs := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				e, err := s.AppendAudit(ctx, record(w*each+i))
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+				seqs[w] = append(seqs[w], e.Seq)
+				if i%50 == 0 {
+					s.AppendEvent(api.Event{Sequence: e.Seq, Type: api.EventCapabilityInvoked})
+				}
+				if i%100 == 0 {
+					if err := s.SaveApp(ctx, AppRecord{AppID: fmt.Sprintf("app%d", w), Manifest: json.RawMessage(`{}`)}); err != nil {
+						t.Errorf("worker %d: %v", w, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seen := make([]bool, workers*each+1)
+	for w, ss := range seqs {
+		for i, q := range ss {
+			if q < 1 || q > workers*each || seen[q] {
+				t.Fatalf("seq %d returned twice or out of range", q)
+			}
+			seen[q] = true
+			if i > 0 && q <= ss[i-1] {
+				t.Errorf("worker %d: seq %d after %d; a caller's entries must be in its order", w, q, ss[i-1])
+			}
+		}
+	}
+	res, err := s.VerifyAudit(ctx)
+	if err != nil || !res.OK || res.Entries != workers*each {
+		t.Errorf("VerifyAudit = %+v, %v; want ok with %d entries", res, err, workers*each)
+	}
+	var min, max, count int64
+	if err := rawDB(t, path).QueryRow(`SELECT min(seq), max(seq), count(*) FROM audit`).Scan(&min, &max, &count); err != nil {
+		t.Fatal(err)
+	}
+	if min != 1 || max != workers*each || count != workers*each {
+		t.Errorf("audit seqs: min %d max %d count %d; want 1..%d contiguous", min, max, count, workers*each)
+	}
+	apps, err := s.LoadApps(ctx)
+	if err != nil || len(apps) != workers {
+		t.Errorf("LoadApps: %d apps, %v; want %d", len(apps), err, workers)
+	}
+}
+
+func TestClose(t *testing.T) {
+	s, err := OpenMemory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	select {
+	case <-s.writerDone:
+	default:
+		t.Error("writer goroutine still running after Close")
+	}
+	if _, err := s.AppendAudit(context.Background(), record(0)); !errors.Is(err, ErrClosed) {
+		t.Errorf("AppendAudit after Close: err = %v, want ErrClosed", err)
+	}
+	if err := s.SaveApp(context.Background(), AppRecord{AppID: "a", Manifest: json.RawMessage(`{}`)}); !errors.Is(err, ErrClosed) {
+		t.Errorf("SaveApp after Close: err = %v, want ErrClosed", err)
+	}
+	s.AppendEvent(api.Event{Sequence: 1}) // dropped, must not panic or block
+}
+
+func TestSchemaVersion(t *testing.T) {
+	s, path := openFile(t)
+	s.Close()
+	if _, err := rawDB(t, path).Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion+1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), path); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("Open of a newer schema: err = %v, want one saying it is newer", err)
+	}
+	if _, err := VerifyFile(context.Background(), path); err == nil {
+		t.Error("VerifyFile of a newer schema succeeded, want an error")
+	}
+}
+
+func TestVerifyFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := VerifyFile(context.Background(), filepath.Join(dir, "missing.db")); err == nil {
+		t.Error("VerifyFile of a missing file succeeded")
+	}
+	other := filepath.Join(dir, "other.db")
+	if _, err := rawDB(t, other).Exec(`CREATE TABLE x (y)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyFile(context.Background(), other); err == nil || !strings.Contains(err.Error(), "not a PCP state database") {
+		t.Errorf("VerifyFile of another database: err = %v", err)
+	}
+}
+
+func TestOddPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a dir?#%", "pcp.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, s, 2)
+	s.Close()
+	if res, err := VerifyFile(context.Background(), path); err != nil || !res.OK || res.Entries != 2 {
+		t.Errorf("VerifyFile(%q) = %+v, %v", path, res, err)
+	}
+}
+
+// TestBatchFailure queues a failing change between audit appends in one
+// batch: the failure must reach its caller alone, and the chain must not
+// skip the seq the rolled-back batch had handed out.
+func TestBatchFailure(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenMemory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A change that blocks keeps the writer busy with a batch of its own
+	// while the requests under test queue up behind it.
+	started, release := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- s.do(ctx, func(context.Context, *sql.Tx) error {
+			close(started)
+			<-release
+			return nil
+		})
+	}()
+	<-started
+	errBoom := errors.New("boom")
+	const audits = 6
+	errs := make(chan error, audits+1)
+	seqs := make(chan int64, audits)
+	for i := range audits {
+		go func() {
+			e, err := s.AppendAudit(ctx, record(i))
+			seqs <- e.Seq
+			errs <- err
+		}()
+		if i == audits/2 {
+			go func() {
+				errs <- s.do(ctx, func(context.Context, *sql.Tx) error { return errBoom })
+			}()
+		}
+	}
+	for {
+		s.mu.Lock()
+		n := len(s.queue)
+		s.mu.Unlock()
+		if n == audits+1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	var booms int
+	for range audits + 1 {
+		if err := <-errs; errors.Is(err, errBoom) {
+			booms++
+		} else if err != nil {
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if booms != 1 {
+		t.Errorf("%d callers saw the failing change's error, want 1", booms)
+	}
+	got := map[int64]bool{}
+	for range audits {
+		got[<-seqs] = true
+	}
+	for q := int64(1); q <= audits; q++ {
+		if !got[q] {
+			t.Errorf("seq %d not handed out; got %v", q, got)
+		}
+	}
+	if res, err := s.VerifyAudit(ctx); err != nil || !res.OK || res.Entries != audits {
+		t.Errorf("VerifyAudit = %+v, %v; want ok with %d entries", res, err, audits)
+	}
+}
