@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/canonjson"
@@ -98,6 +99,9 @@ type canonicalEntry struct {
 // Canonical returns C(e), the bytes hashed behind the previous hash: the
 // RFC 8785 form of e without its hash and prev_hash.
 func Canonical(e api.AuditEntry) ([]byte, error) {
+	if b, ok := appendCanonical(make([]byte, 0, 320+len(e.Detail)), &e, false); ok {
+		return b, nil
+	}
 	b, err := canonjson.Marshal(canonicalEntry{
 		Seq:          e.Seq,
 		Time:         e.Time,
@@ -115,6 +119,64 @@ func Canonical(e api.AuditEntry) ([]byte, error) {
 		return nil, fmt.Errorf("audit: entry %d: canonical form: %w", e.Seq, err)
 	}
 	return b, nil
+}
+
+// appendCanonical writes the canonical form directly, members in RFC 8785
+// order, for the common case: every string valid UTF-8, integers within
+// 2^53, and detail already canonical (as Prepare and the store keep it).
+// It reports false when the general path must be taken; a test checks
+// that both paths agree.
+func appendCanonical(b []byte, e *api.AuditEntry, detailCanonical bool) ([]byte, bool) {
+	for _, s := range []string{e.Time, e.Kind, e.Source, e.Actor, e.AppID, e.CapabilityID, e.ParamsDigest, e.Outcome} {
+		if !utf8.ValidString(s) {
+			return nil, false
+		}
+	}
+	const maxExact = 1<<53 - 1
+	if e.Seq > maxExact || e.Seq < -maxExact || e.DurationUS > maxExact || e.DurationUS < -maxExact {
+		return nil, false
+	}
+	if len(e.Detail) > 0 && !detailCanonical {
+		if c, err := canonjson.Transform(e.Detail); err != nil || !bytes.Equal(c, e.Detail) {
+			return nil, false
+		}
+	}
+	str := func(b []byte, key, v string, omitEmpty bool) []byte {
+		if omitEmpty && v == "" {
+			return b
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, key...)
+		b = append(b, '"', ':')
+		return canonjson.AppendString(b, v)
+	}
+	b = append(b, '{')
+	b = str(b, "actor", e.Actor, true)
+	b = str(b, "app_id", e.AppID, true)
+	b = str(b, "capability_id", e.CapabilityID, true)
+	if len(e.Detail) > 0 {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, `"detail":`...)
+		b = append(b, e.Detail...)
+	}
+	if len(b) > 1 {
+		b = append(b, ',')
+	}
+	b = append(b, `"duration_us":`...)
+	b = strconv.AppendInt(b, e.DurationUS, 10)
+	b = str(b, "kind", e.Kind, false)
+	b = str(b, "outcome", e.Outcome, false)
+	b = str(b, "params_digest", e.ParamsDigest, true)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = str(b, "source", e.Source, true)
+	b = str(b, "time", e.Time, false)
+	return append(b, '}'), true
 }
 
 // EntryHash returns SHA-256(prev || C(e)). prev is the previous entry's
@@ -187,9 +249,11 @@ func Prepare(r Record) (*Prepared, error) {
 		DurationUS:   r.Duration.Microseconds(),
 		Detail:       detail,
 	}
-	c, err := Canonical(e)
-	if err != nil {
-		return nil, err
+	c, ok := appendCanonical(make([]byte, 0, 320+len(e.Detail)), &e, true)
+	if !ok {
+		if c, err = Canonical(e); err != nil {
+			return nil, err
+		}
 	}
 	// Members are sorted and only "source" and "time", both strings,
 	// follow "seq"; a string cannot hold an unescaped quote, so the last

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/canonjson"
 )
 
 var t0 = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.FixedZone("CET", 3600))
@@ -304,4 +306,31 @@ func TestParamsDigest(t *testing.T) {
 	if a, b := ParamsDigest(json.RawMessage(`{"a":1}`)), ParamsDigest(json.RawMessage(`{"a":2}`)); a == b {
 		t.Errorf("different params digest alike: %s", a)
 	}
+}
+
+// The direct encoder and the general RFC 8785 path must agree byte for
+// byte, or old chains would stop verifying.
+func FuzzCanonicalPathsAgree(f *testing.F) {
+	f.Add(int64(1), "2023-11-13T11:55:43.000000000Z", "invoke", "SystemIntelligence", "agent:uid=1000,pid=42", "org.example.mail", "org.example.mail.compose", "sha256:00", "success", int64(12), `{"a":[1,2],"b":"\u2028"}`)
+	f.Add(int64(9007199254740991), "t", "k", "", "", "", "", "", "", int64(-5), ``)
+	f.Add(int64(3), "\x00\"\\", "é€😀", "\xff", "", "", "", "", "x", int64(0), `{"b":1,"a":2}`)
+	f.Fuzz(func(t *testing.T, seq int64, tm, kind, source, actor, app, capID, digest, outcome string, dur int64, detail string) {
+		e := api.AuditEntry{Seq: seq, Time: tm, Kind: kind, Source: source, Actor: actor, AppID: app,
+			CapabilityID: capID, ParamsDigest: digest, Outcome: outcome, DurationUS: dur}
+		if detail != "" {
+			e.Detail = json.RawMessage(detail)
+		}
+		fast, ok := appendCanonical(nil, &e, false)
+		if !ok {
+			return
+		}
+		slow, err := canonjson.Marshal(canonicalEntry{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Source: e.Source, Actor: e.Actor,
+			AppID: e.AppID, CapabilityID: e.CapabilityID, ParamsDigest: e.ParamsDigest, Outcome: e.Outcome, DurationUS: e.DurationUS, Detail: e.Detail})
+		if err != nil {
+			t.Fatalf("general path failed where the direct one did not: %v (%s)", err, fast)
+		}
+		if !bytes.Equal(fast, slow) {
+			t.Fatalf("paths differ:\n direct: %s\ngeneral: %s", fast, slow)
+		}
+	})
 }

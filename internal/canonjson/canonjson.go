@@ -613,3 +613,10 @@ func weight16(r rune) rune {
 		return r + 0x100000
 	}
 }
+
+// AppendString appends the canonical JSON form of s, which must be valid
+// UTF-8 (check with utf8.ValidString; encoding/json would replace invalid
+// bytes, so callers fall back to Marshal for such strings).
+func AppendString(dst []byte, s string) []byte {
+	return appendString(dst, []byte(s))
+}

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,6 +39,7 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
+	root          *cobra.Command
 	socket        string
 	controlSocket string
 	json          bool
@@ -91,6 +94,7 @@ capability manifests.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	e.root = root
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.socket, "socket", client.DefaultSocket(), "pcpd agent socket ($PCP_SOCKET)")
@@ -129,6 +133,11 @@ func (e *env) connect(ctx context.Context, control bool, opts client.Options) (*
 	path := e.socket
 	if control {
 		path = e.controlSocket
+		// The control socket lives beside the agent socket: --socket alone
+		// moves both, unless the control socket was named too.
+		if e.root != nil && e.root.PersistentFlags().Changed("socket") && !e.root.PersistentFlags().Changed("control-socket") && os.Getenv("PCP_CONTROL_SOCKET") == "" {
+			path = filepath.Join(filepath.Dir(e.socket), "control.sock")
+		}
 	}
 	dctx, cancel := e.callContext(ctx)
 	defer cancel()

@@ -52,9 +52,9 @@ func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityPa
 		return nil, aerr
 	}
 	if c != nil {
-		b.publish(api.EventCapabilityInvoked, p.AppID, "", map[string]any{
-			"capability_id": p.CapabilityID, "app_id": p.AppID, "source": string(p.Source),
-			"outcome": outcome, "duration_ms": rec.Duration.Milliseconds(),
+		b.publish(api.EventCapabilityInvoked, p.AppID, "", &invokedEvent{
+			AppID: p.AppID, CapabilityID: p.CapabilityID, DurationMS: rec.Duration.Milliseconds(),
+			Outcome: outcome, Source: string(p.Source),
 		})
 	}
 	return res, err
@@ -193,4 +193,15 @@ func (sp sessionProvider) Invoke(ctx context.Context, c *api.Capability, source 
 		return nil, err
 	}
 	return &res, nil
+}
+
+// invokedEvent is the data of capability.invoked; a struct rather than a
+// map because it is published on every invocation. Members are in the
+// order a map would encode them, so subscribers see one shape.
+type invokedEvent struct {
+	AppID        string `json:"app_id"`
+	CapabilityID string `json:"capability_id"`
+	DurationMS   int64  `json:"duration_ms"`
+	Outcome      string `json:"outcome"`
+	Source       string `json:"source"`
 }

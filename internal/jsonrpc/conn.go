@@ -140,16 +140,41 @@ func (c *Conn) Close() error {
 // requests already read are still answered before the connection closes;
 // Run returns once every handler has returned.
 func (c *Conn) Run() error {
+	// Requests are served by a pool of worker goroutines that outlive
+	// one request, so a busy connection does not pay for a new goroutine
+	// (and the growth of its stack) per request. Run is the only sender on
+	// work; closing it lets idle workers exit.
+	work := make(chan func())
+	workers := 0
 	defer func() {
+		close(work)
 		c.handlers.Wait()
 		c.Close()
 	}()
+	dispatch := func(f func()) bool {
+		select {
+		case work <- f: // an idle worker took it
+			return true
+		default:
+		}
+		if workers < c.opts.MaxInFlight {
+			workers++
+			c.handlers.Add(1)
+			go c.worker(work, f)
+			return true
+		}
+		select { // every worker is busy: stop reading until one is free
+		case work <- f:
+			return true
+		case <-c.ctx.Done():
+			return false
+		}
+	}
 	lr := NewLineReader(c.rwc, c.opts.MaxLine)
-	sem := make(chan struct{}, c.opts.MaxInFlight)
 	for {
 		line, err := lr.ReadLine()
 		if err == ErrLineTooLong {
-			c.protocolError(nil, &api.Error{
+			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
 				Code:    api.CodeInvalidRequest,
 				Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, c.opts.MaxLine),
 				Data:    map[string]any{"limit": c.opts.MaxLine, "size": lr.Skipped},
@@ -166,42 +191,39 @@ func (c *Conn) Run() error {
 			continue // blank lines are keep-alives
 		}
 		d := Decode(line)
-		if !d.Batch {
-			for _, e := range d.Errors {
-				c.protocolError(e.ID, e.Err)
-			}
-			for _, m := range d.Messages {
-				if m.IsResponse() {
-					c.deliver(m)
-					continue
-				}
-				if m.IsNotification() {
-					c.handle(m)
-					continue
-				}
-				select {
-				case sem <- struct{}{}:
-				case <-c.ctx.Done():
-					return nil
-				}
-				c.handlers.Add(1)
-				go func() {
-					defer func() { <-sem; c.handlers.Done() }()
-					c.serveOne(m)
-				}()
+		if d.Batch {
+			if !dispatch(func() { c.serveBatch(d) }) {
+				return nil
 			}
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-c.ctx.Done():
-			return nil
+		for _, e := range d.Errors {
+			c.protocolError(e.ID, e.Err)
 		}
-		c.handlers.Add(1)
-		go func() {
-			defer func() { <-sem; c.handlers.Done() }()
-			c.serveBatch(d)
-		}()
+		for _, m := range d.Messages {
+			switch {
+			case m.IsResponse():
+				c.deliver(m)
+			case m.IsNotification():
+				c.handle(m)
+			default:
+				if !dispatch(func() { c.serveOne(m) }) {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// worker runs f, then whatever Run hands it, until work is closed.
+func (c *Conn) worker(work <-chan func(), f func()) {
+	defer c.handlers.Done()
+	for {
+		f()
+		var ok bool
+		if f, ok = <-work; !ok {
+			return
+		}
 	}
 }
 

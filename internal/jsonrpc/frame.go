@@ -21,6 +21,19 @@ type LineReader struct {
 	buf []byte
 	// Skipped is the size of the last oversized line, for error data.
 	Skipped int64
+	// SkippedPrefix holds the first bytes of the last oversized line, so
+	// that its id can often still be read and the error answered under
+	// it. Valid until the next call.
+	SkippedPrefix []byte
+	prefix        [prefixSize]byte
+}
+
+// prefixSize is how much of an oversized line is kept.
+const prefixSize = 4096
+
+func (l *LineReader) keepPrefix(b []byte) {
+	n := copy(l.prefix[:], b)
+	l.SkippedPrefix = l.prefix[:n]
 }
 
 // NewLineReader returns a reader bounded to max bytes a line.
@@ -44,6 +57,7 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 	if err == nil {
 		line = line[:len(line)-1]
 		if len(line) > l.max {
+			l.keepPrefix(line)
 			l.Skipped = int64(len(line))
 			return nil, ErrLineTooLong
 		}
@@ -52,6 +66,7 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 	if err != bufio.ErrBufferFull {
 		if len(line) > 0 && err == io.EOF {
 			if len(line) > l.max {
+				l.keepPrefix(line)
 				l.Skipped = int64(len(line))
 				return nil, ErrLineTooLong
 			}
@@ -69,6 +84,7 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 		}
 		if len(l.buf)+n > l.max {
 			total := int64(len(l.buf) + n)
+			l.keepPrefix(append(l.buf, line[:min(n, prefixSize)]...))
 			l.buf = l.buf[:0]
 			if err == nil {
 				l.Skipped = total

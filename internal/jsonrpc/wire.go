@@ -296,3 +296,32 @@ func Marshal(v any) ([]byte, error) {
 	b := buf.Bytes()
 	return b[:len(b)-1], nil
 }
+
+// RecoverID reads the id of a request from the start of a line that was
+// too long to decode, so the error can be answered under the request's
+// id. It returns null when the id is not among the members the prefix
+// holds in full.
+func RecoverID(prefix []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nullID
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nullID
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nullID
+		}
+		if key == "id" {
+			if validID(v) {
+				return v
+			}
+			return nullID
+		}
+	}
+	return nullID
+}

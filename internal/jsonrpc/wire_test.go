@@ -103,3 +103,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestRecoverID(t *testing.T) {
+	tests := []struct{ prefix, want string }{
+		{`{"jsonrpc":"2.0","id":17,"method":"x","params":{"a":"xxxxxxxx`, `17`},
+		{`{"id":"abc","method":"x"`, `"abc"`},
+		{`{"jsonrpc":"2.0","method":"x","params":{"a":"xxxxxxxx`, `null`},
+		{`{"id":{"a":1}}`, `null`},
+		{`[{"id":1}]`, `null`},
+		{`garbage`, `null`},
+		{``, `null`},
+	}
+	for _, tt := range tests {
+		if got := string(RecoverID([]byte(tt.prefix))); got != tt.want {
+			t.Errorf("RecoverID(%s) = %s, want %s", tt.prefix, got, tt.want)
+		}
+	}
+}

@@ -31,19 +31,35 @@ func (s *Store) AppendEvent(ev api.Event) {
 	if s.journalHeld.Load() < int64(s.journalLimit) {
 		s.journalHeld.Add(1)
 	}
-	first := len(s.events) == 1
+	first, full := len(s.events) == 1, len(s.events) >= eventBatch
+	if full {
+		s.eventsDue = true
+	}
 	s.mu.Unlock()
-	// Events ride in the next audit batch: an invocation's event is
-	// published after its audit commit, and committing it on its own would
-	// double the transactions. When no audit append comes soon, a timer
-	// commits it anyway.
-	if first {
-		time.AfterFunc(eventCommitDelay, s.poke)
+	// Events are committed in groups: an invocation's event is published
+	// after its audit commit, and a transaction of its own per event
+	// would double the commits. They go in with the next transaction that
+	// is not a lone audit append, or after eventCommitDelay, or once
+	// eventBatch are pending, whichever comes first.
+	switch {
+	case full:
+		s.poke()
+	case first:
+		time.AfterFunc(eventCommitDelay, func() {
+			s.mu.Lock()
+			s.eventsDue = true
+			s.mu.Unlock()
+			s.poke()
+		})
 	}
 }
 
-// eventCommitDelay bounds how long an event waits for a batch to ride in.
-const eventCommitDelay = 5 * time.Millisecond
+const (
+	// eventCommitDelay bounds how long an event waits to be committed.
+	eventCommitDelay = 5 * time.Millisecond
+	// eventBatch pending events are committed without waiting.
+	eventBatch = 64
+)
 
 // RecentEvents returns the newest limit events in ascending sequence
 // order. Events accepted before the call are committed first, so a

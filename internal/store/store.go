@@ -112,6 +112,10 @@ type Store struct {
 	events []api.Event
 	// closing is set by Close; no new work is queued after it.
 	closing bool
+	// eventsDue is set when the oldest pending event has waited
+	// eventCommitDelay; the writer then commits the pending events even
+	// without other work to share the transaction with.
+	eventsDue bool
 	// head is the last committed audit entry; the writer sets it after
 	// each commit.
 	head chainHead
@@ -318,7 +322,7 @@ func (s *Store) enqueue(r *request) error {
 	}
 	s.queue = append(s.queue, r)
 	s.mu.Unlock()
-	s.poke()
+	s.w.lead()
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
@@ -41,12 +43,16 @@ const (
 	trimBelowSQL = `DELETE FROM events WHERE seq < ?`
 )
 
-// writer is the goroutine that owns the write connection. All its fields
-// are owned by that goroutine once run starts; it shares state with
-// callers only through Store.mu (queue, events, closing, head), the
-// request's done channel, and Store.journalLen.
+// writer owns the write connection. Its fields are guarded by commitMu,
+// held by whoever commits: the writer goroutine, or a caller of
+// AppendAudit that found no commit under way and commits the queue itself
+// (group commit with a leader). It shares state with callers only through
+// Store.mu (queue, events, closing, head), the request's done channel,
+// and Store.journalLen.
 type writer struct {
 	s *Store
+
+	commitMu sync.Mutex
 
 	// head is the chain head including the batch in progress; Store.head
 	// is set from it after each commit.
@@ -55,6 +61,10 @@ type writer struct {
 	jlen int64
 
 	insAudit, insEvent, trim *sql.Stmt
+	// seqsStale says seqs must be reread before use.
+	seqsStale bool
+	// multi caches multi-row INSERTs by row count.
+	multi map[multiKey]*sql.Stmt
 	// seqs holds the sequence numbers of the journal's rows, oldest
 	// first, so the writer knows below which sequence to trim without
 	// asking the database. It is loaded at start.
@@ -82,6 +92,12 @@ func newWriter(ctx context.Context, s *Store, jlen int64) (*writer, error) {
 		}
 		*p.stmt = st
 	}
+	for _, base := range []string{insertAuditSQL, insertEventSQL} {
+		if err := w.prepareMulti(ctx, base); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
 	if err := w.loadSeqs(ctx); err != nil {
 		w.close()
 		return nil, err
@@ -91,7 +107,15 @@ func newWriter(ctx context.Context, s *Store, jlen int64) (*writer, error) {
 
 // loadSeqs reads the journal's sequence numbers and row count.
 func (w *writer) loadSeqs(ctx context.Context) error {
-	rows, err := w.s.wdb.QueryContext(ctx, `SELECT seq FROM events ORDER BY seq`)
+	return w.readSeqs(ctx, w.s.wdb.QueryContext)
+}
+
+func (w *writer) loadSeqsTx(ctx context.Context, tx *sql.Tx) error {
+	return w.readSeqs(ctx, tx.QueryContext)
+}
+
+func (w *writer) readSeqs(ctx context.Context, query func(context.Context, string, ...any) (*sql.Rows, error)) error {
+	rows, err := query(ctx, `SELECT seq FROM events ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("store: reading event journal: %w", err)
 	}
@@ -108,6 +132,7 @@ func (w *writer) loadSeqs(ctx context.Context) error {
 		return fmt.Errorf("store: reading event journal: %w", err)
 	}
 	w.jlen = int64(len(w.seqs))
+	w.seqsStale = false
 	return nil
 }
 
@@ -118,6 +143,9 @@ func (w *writer) close() {
 			st.Close()
 		}
 	}
+	for _, st := range w.multi {
+		st.Close()
+	}
 }
 
 // run is the writer goroutine. It returns once Close has set closing and
@@ -125,30 +153,70 @@ func (w *writer) close() {
 func (w *writer) run() {
 	defer close(w.s.writerDone)
 	for range w.s.wake {
-		for {
-			reqs, evs, closing := w.take()
-			if len(reqs) == 0 && len(evs) == 0 {
-				if closing {
-					return
-				}
-				break
-			}
-			w.commit(reqs, evs)
-			clear(reqs)
-			clear(evs)
-			w.spareQ, w.spareE = reqs[:0], evs[:0]
+		w.commitMu.Lock()
+		stop := w.drain()
+		w.commitMu.Unlock()
+		if stop {
+			return
 		}
 	}
 }
 
-// take moves the queued work out of the Store.
+// lead commits the queue on the calling goroutine when no commit is under
+// way (the caller becomes the group's leader and saves two goroutine
+// handoffs); otherwise it wakes the writer goroutine, which commits after
+// the current leader. Either way the caller's request gets committed.
+func (w *writer) lead() {
+	if w.commitMu.TryLock() {
+		w.drain()
+		w.commitMu.Unlock()
+		return
+	}
+	w.s.poke()
+}
+
+// drain commits batches until the queue is empty. It reports whether the
+// store is closing with nothing left, which ends the writer goroutine.
+// w.commitMu must be held.
+func (w *writer) drain() bool {
+	for {
+		reqs, evs, closing := w.take()
+		if len(reqs) == 0 && len(evs) == 0 {
+			return closing
+		}
+		w.commit(reqs, evs)
+		clear(reqs)
+		w.spareQ = reqs[:0]
+		if evs != nil {
+			clear(evs)
+			w.spareE = evs[:0]
+		}
+	}
+}
+
+// take moves the queued work out of the Store. Pending events stay
+// queued when the batch is only audit appends and the events are not due
+// yet (see AppendEvent), so that a lone append can commit on its own.
 func (w *writer) take() ([]*request, []api.Event, bool) {
 	s := w.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	reqs, evs := s.queue, s.events
-	s.queue, s.events = w.spareQ, w.spareE
-	w.spareQ, w.spareE = nil, nil
+	reqs := s.queue
+	s.queue = w.spareQ
+	w.spareQ = nil
+	withEvents := s.eventsDue || s.closing
+	for _, r := range reqs {
+		if r.rec == nil {
+			withEvents = true // an op or a Flush: it commits the events
+		}
+	}
+	if !withEvents {
+		return reqs, nil, s.closing
+	}
+	evs := s.events
+	s.events = w.spareE
+	w.spareE = nil
+	s.eventsDue = false
 	return reqs, evs, s.closing
 }
 
@@ -159,12 +227,35 @@ func (w *writer) take() ([]*request, []api.Event, bool) {
 func (w *writer) commit(reqs []*request, evs []api.Event) {
 	ctx := context.Background()
 	head := w.head
+	if len(reqs) == 1 && reqs[0].rec != nil && len(evs) == 0 {
+		// One statement commits by itself: no BEGIN and COMMIT to pay.
+		r := reqs[0]
+		if r.err = w.apply(ctx, nil, w.insAudit, r); r.err != nil {
+			w.head = head
+			r.entry = api.AuditEntry{}
+		}
+		w.release(reqs)
+		return
+	}
 	err := w.inTx(ctx, func(tx *sql.Tx) error {
-		ins := tx.StmtContext(ctx, w.insAudit)
+		// Runs of audit appends go in multi-row INSERTs; ops run in order
+		// between them.
+		var run []*request
 		for _, r := range reqs {
-			if err := w.apply(ctx, tx, ins, r); err != nil {
+			if r.rec != nil {
+				run = append(run, r)
+				continue
+			}
+			if err := w.appendRun(ctx, tx, run); err != nil {
 				return err
 			}
+			run = run[:0]
+			if err := w.apply(ctx, tx, nil, r); err != nil {
+				return err
+			}
+		}
+		if err := w.appendRun(ctx, tx, run); err != nil {
+			return err
 		}
 		return w.journal(ctx, tx, evs)
 	})
@@ -188,6 +279,11 @@ func (w *writer) commit(reqs []*request, evs []api.Event) {
 		}
 	}
 
+	w.release(reqs)
+}
+
+// release publishes the new chain head and wakes the batch's callers.
+func (w *writer) release(reqs []*request) {
 	w.s.mu.Lock()
 	w.s.head = w.head
 	w.s.mu.Unlock()
@@ -214,6 +310,84 @@ func (w *writer) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 		// this reaches it; "no transaction is active" is the usual answer.
 		_, _ = w.s.wdb.ExecContext(ctx, "ROLLBACK")
 		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// maxRows bounds the rows of one multi-row INSERT. Runs are cut into
+// chunks whose sizes are powers of two, so few statements are prepared.
+const maxRows = 32
+
+// chunkSize is the largest power of two not above n or maxRows.
+func chunkSize(n int) int {
+	c := 1
+	for c*2 <= n && c*2 <= maxRows {
+		c *= 2
+	}
+	return c
+}
+
+// prepareMulti prepares the multi-row INSERTs of base for every chunk
+// size. They are prepared up front: the write pool has one connection,
+// which a transaction holds while it runs.
+func (w *writer) prepareMulti(ctx context.Context, base string) error {
+	i := strings.Index(base, "VALUES (")
+	j := strings.Index(base[i:], ")")
+	row := base[i+len("VALUES ") : i+j+1]
+	for n := 1; n <= maxRows; n *= 2 {
+		q := base[:i+len("VALUES ")] + row + strings.Repeat(", "+row, n-1) + base[i+j+1:]
+		st, err := w.s.wdb.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("preparing statements: %w", err)
+		}
+		if w.multi == nil {
+			w.multi = map[multiKey]*sql.Stmt{}
+		}
+		w.multi[multiKey{base, n}] = st
+	}
+	return nil
+}
+
+// multiInsert returns the prepared INSERT of n rows (a chunk size).
+func (w *writer) multiInsert(base string, n int) (*sql.Stmt, error) {
+	st, ok := w.multi[multiKey{base, n}]
+	if !ok {
+		return nil, fmt.Errorf("no prepared insert of %d rows", n)
+	}
+	return st, nil
+}
+
+type multiKey struct {
+	sql string
+	n   int
+}
+
+// appendRun seals a run of audit appends onto the chain and inserts them
+// maxRows at a time.
+func (w *writer) appendRun(ctx context.Context, tx *sql.Tx, run []*request) error {
+	args := make([]any, 0, 13*min(len(run), maxRows))
+	for len(run) > 0 {
+		chunk := run[:chunkSize(len(run))]
+		run = run[len(chunk):]
+		args = args[:0]
+		for _, r := range chunk {
+			seq := w.head.seq + 1
+			e, h, err := r.rec.Seal(w.head.hash, seq)
+			if err != nil {
+				return err
+			}
+			args = append(args, e.Seq, e.Time, e.Kind, e.Source, e.Actor, e.AppID,
+				e.CapabilityID, e.ParamsDigest, e.Outcome, e.DurationUS, nullText(e.Detail), e.PrevHash, e.Hash)
+			w.head = chainHead{seq: seq, hash: h}
+			r.entry = e
+		}
+		st, err := w.multiInsert(insertAuditSQL, len(chunk))
+		if err != nil {
+			return fmt.Errorf("store: preparing audit insert: %w", err)
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("store: appending audit entries %d to %d: %w", chunk[0].entry.Seq, w.head.seq, err)
+		}
 	}
 	return nil
 }
@@ -246,19 +420,39 @@ func (w *writer) journal(ctx context.Context, tx *sql.Tx, evs []api.Event) error
 	if len(evs) == 0 {
 		return nil
 	}
-	ins := tx.StmtContext(ctx, w.insEvent)
-	for _, ev := range evs {
-		res, err := ins.ExecContext(ctx, ev.Sequence, ev.Type, ev.Timestamp, ev.AppID, ev.SurfaceID, nullText(ev.Data))
+	args := make([]any, 0, 6*min(len(evs), maxRows))
+	for rest := evs; len(rest) > 0; {
+		chunk := rest[:chunkSize(len(rest))]
+		rest = rest[len(chunk):]
+		args = args[:0]
+		for _, ev := range chunk {
+			args = append(args, ev.Sequence, ev.Type, ev.Timestamp, ev.AppID, ev.SurfaceID, nullText(ev.Data))
+		}
+		st, err := w.multiInsert(insertEventSQL, len(chunk))
 		if err != nil {
-			return fmt.Errorf("store: journaling event %d: %w", ev.Sequence, err)
+			return fmt.Errorf("store: preparing journal insert: %w", err)
+		}
+		res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		if err != nil {
+			return fmt.Errorf("store: journaling events %d to %d: %w", chunk[0].Sequence, chunk[len(chunk)-1].Sequence, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return fmt.Errorf("store: journaling event %d: %w", ev.Sequence, err)
+			return fmt.Errorf("store: journaling events: %w", err)
 		}
-		if n > 0 {
-			w.jlen += n
-			w.seqs = append(w.seqs, ev.Sequence)
+		w.jlen += n
+		if n == int64(len(chunk)) {
+			for _, ev := range chunk {
+				w.seqs = append(w.seqs, ev.Sequence)
+			}
+		} else {
+			// Some were already journaled: learn which from the table.
+			w.seqsStale = true
+		}
+	}
+	if w.seqsStale {
+		if err := w.loadSeqsTx(ctx, tx); err != nil {
+			return err
 		}
 	}
 	excess := len(w.seqs) - w.s.journalLimit
