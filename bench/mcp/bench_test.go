@@ -271,7 +271,9 @@ func startPCPD(b *testing.B) string {
 		"--socket", sock,
 		"--state-dir", filepath.Join(dir, "state"),
 		"--trust-dir", filepath.Join(dir, "trust"),
-		"--log-level", "error")
+		"--log-level", "error",
+		// Limits far above any rate reached: the checks run, none trips.
+		"--rate-per-app", "1e9", "--rate-per-connection", "1e9")
 	setParentDeathSignal(cmd)
 	startChild(b, cmd, sock, func() { cmd.Process.Signal(syscall.SIGTERM) })
 	return sock

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/daemon"
 )
 
@@ -27,6 +28,12 @@ func main() {
 	fs.BoolVar(&cfg.AllowUnsigned, "allow-unsigned", false, "accept manifests with an empty signature (development only; reported by health.check)")
 	fs.IntVar(&cfg.MaxLine, "max-line", 1<<20, "largest accepted JSON-RPC line in bytes")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	rl := core.DefaultRateLimits
+	fs.Float64Var(&rl.PerApp, "rate-per-app", rl.PerApp, "invocations per second of one app's capabilities from one source (0: no limit)")
+	fs.IntVar(&rl.PerAppBurst, "rate-per-app-burst", rl.PerAppBurst, "burst allowed above --rate-per-app")
+	fs.Float64Var(&rl.PerConnection, "rate-per-connection", rl.PerConnection, "invocations and actions per second of one connection (0: no limit)")
+	fs.IntVar(&rl.PerConnectionBurst, "rate-per-connection-burst", rl.PerConnectionBurst, "burst allowed above --rate-per-connection")
+	cfg.RateLimits = &rl
 	fs.Parse(os.Args[1:])
 
 	var lv slog.Level

@@ -154,6 +154,9 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 		return nil, api.MissingParam("surface_id")
 	}
 	start := b.now()
+	if err := b.limits.connection(SessionFrom(ctx), start); err != nil {
+		return nil, err
+	}
 	res, err := firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
 	rec := audit.Record{Time: start, Kind: "action", Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
 		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: "success",

@@ -74,6 +74,8 @@ type Config struct {
 	// NewID makes subscription and session ids; nil means a counter with
 	// a random suffix. Tests make them deterministic.
 	NewID func(prefix string) string
+	// RateLimits bound invocations; nil means DefaultRateLimits.
+	RateLimits *RateLimits
 }
 
 // Broker is the PCP core.
@@ -97,6 +99,8 @@ type Broker struct {
 	evMu   sync.Mutex
 	evSeq  int64
 	nextID atomic.Int64
+
+	limits *limiters
 }
 
 // New loads persisted state and returns a running broker.
@@ -124,6 +128,11 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		sessions: make(map[string]*Session),
 		subs:     make(map[string]*subscription),
 	}
+	rl := DefaultRateLimits
+	if cfg.RateLimits != nil {
+		rl = *cfg.RateLimits
+	}
+	b.limits = newLimiters(rl)
 	b.started = b.now()
 	b.session = cfg.SessionID
 	if b.session == "" {

@@ -33,6 +33,22 @@ func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityPa
 	}
 	start := b.now()
 	res, c, err := b.invoke(ctx, p)
+	suppressed := 0
+	if errors.Is(err, api.ErrRateLimited) {
+		// A flood must not flood the audit log: one entry a second per
+		// limit, counting the rejections it stands for.
+		key := "conn:inproc"
+		if s := SessionFrom(ctx); s != nil {
+			key = "conn:" + s.ID
+		}
+		if scope, _ := api.AsError(err).DataMap()["scope"].(string); scope == "app" {
+			key = "app:" + string(p.Source) + ":" + p.AppID
+		}
+		var write bool
+		if write, suppressed = b.limits.shouldAudit(key, start); !write {
+			return nil, err
+		}
+	}
 	rec := audit.Record{
 		Time: start, Kind: "invoke", Source: string(p.Source), Actor: SessionFrom(ctx).Actor(),
 		AppID: p.AppID, CapabilityID: p.CapabilityID, ParamsDigest: audit.ParamsDigest(p.Params),
@@ -43,7 +59,11 @@ func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityPa
 		e := api.AsError(err)
 		err = e
 		outcome = e.Code.Name()
-		rec.Detail = detailJSON(map[string]any{"error": e.Message})
+		detail := map[string]any{"error": e.Message}
+		if suppressed > 0 {
+			detail["suppressed_since_last_entry"] = suppressed
+		}
+		rec.Detail = detailJSON(detail)
 	} else {
 		outcome = res.Status
 	}
@@ -69,9 +89,10 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*ap
 	var (
 		c        api.Capability
 		provider Provider
+		builtin  bool
 	)
 	if ce != nil {
-		c, provider = ce.Capability, ce.app.provider
+		c, provider, builtin = ce.Capability, ce.app.provider, ce.app.builtin
 	}
 	b.mu.RUnlock()
 
@@ -83,6 +104,17 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*ap
 	case ce == nil || c.AppID != p.AppID:
 		return nil, nil, api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": p.CapabilityID, "app_id": p.AppID},
 			"app %s has no capability %s", p.AppID, p.CapabilityID)
+	}
+	now := b.now()
+	if err := b.limits.connection(SessionFrom(ctx), now); err != nil {
+		return nil, &c, err
+	}
+	// The daemon's own services answer from memory; the connection limit
+	// bounds them. The per-app limit protects apps.
+	if !builtin {
+		if err := b.limits.app(p.Source, c.AppID, now); err != nil {
+			return nil, &c, err
+		}
 	}
 	switch c.TrustLevel {
 	case api.TrustDeny:

@@ -289,6 +289,7 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 		return nil, &api.Error{Code: api.CodeInternalError, Message: "deleting manifest: " + err.Error()}
 	}
 
+	b.limits.forget(p.AppID)
 	b.mu.Lock()
 	b.revoked[p.AppID] = store.Revocation{AppID: p.AppID, Reason: p.Reason, RevokedAt: at}
 	var capIDs []string

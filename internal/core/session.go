@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/pcp-dev/pcp/api"
+	"golang.org/x/time/rate"
 	"sync"
 )
 
@@ -58,6 +59,8 @@ type Session struct {
 	Info SessionInfo
 	b    *Broker
 	peer Peer
+	// limiter bounds the session's invocations; nil when unlimited.
+	limiter *rate.Limiter
 
 	// mu guards authed, apps, adapters and closed.
 	mu       sync.Mutex
@@ -97,7 +100,8 @@ func (s *Session) MarkAuthenticated() {
 
 // OpenSession registers a connection. Close it when the connection ends.
 func (b *Broker) OpenSession(info SessionInfo, peer Peer) *Session {
-	s := &Session{ID: b.newID("sess"), Info: info, b: b, peer: peer, apps: map[string]bool{}, adapters: map[string]bool{}}
+	s := &Session{ID: b.newID("sess"), Info: info, b: b, peer: peer, apps: map[string]bool{}, adapters: map[string]bool{},
+		limiter: newLimiter(b.limits.cfg.PerConnection, b.limits.cfg.PerConnectionBurst)}
 	b.mu.Lock()
 	if b.closed {
 		s.closed = true

@@ -41,6 +41,8 @@ type Config struct {
 	TokenFile string
 	// AllowUnsigned accepts unsigned manifests (development only).
 	AllowUnsigned bool
+	// RateLimits bound invocations; nil means core.DefaultRateLimits.
+	RateLimits *core.RateLimits
 	// MaxLine bounds one JSON-RPC line.
 	MaxLine int
 	Logger  *slog.Logger
@@ -99,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("opening store: %w", err)
 	}
 	defer st.Close()
-	b, err := core.New(ctx, core.Config{Store: st, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, Logger: log})
+	b, err := core.New(ctx, core.Config{Store: st, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, Logger: log})
 	if err != nil {
 		return err
 	}

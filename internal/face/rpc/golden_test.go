@@ -36,7 +36,10 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts' expecte
 // Connections open at first use. Names starting with "user" are the
 // user's control socket; names starting with "tcp" need the bearer token
 // "test-token"; every other name is an agent-socket connection. An
-// optional "config" section sets "allow_unsigned" and "max_line N".
+// optional "config" section sets "allow_unsigned", "max_line N",
+// "rate_per_app RATE BURST" and "rate_per_connection RATE BURST" (without
+// them, no rate limit applies). The clock does not move, so a spent burst
+// stays spent.
 //
 // The broker runs with a fixed clock and deterministic ids, so replies
 // are compared byte for byte. Run with -update to regenerate the expected
@@ -74,6 +77,7 @@ func runGolden(t *testing.T, file string) {
 	}
 	var transcript []byte
 	allowUnsigned, maxLine := false, 0
+	limits := core.RateLimits{}
 	for _, f := range ar.Files {
 		switch f.Name {
 		case "transcript":
@@ -87,6 +91,12 @@ func runGolden(t *testing.T, file string) {
 					allowUnsigned = true
 				case fields[0] == "max_line" && len(fields) == 2:
 					maxLine, _ = strconv.Atoi(fields[1])
+				case fields[0] == "rate_per_app" && len(fields) == 3:
+					limits.PerApp, _ = strconv.ParseFloat(fields[1], 64)
+					limits.PerAppBurst, _ = strconv.Atoi(fields[2])
+				case fields[0] == "rate_per_connection" && len(fields) == 3:
+					limits.PerConnection, _ = strconv.ParseFloat(fields[1], 64)
+					limits.PerConnectionBurst, _ = strconv.Atoi(fields[2])
 				default:
 					t.Fatalf("unknown config line %q", line)
 				}
@@ -96,7 +106,7 @@ func runGolden(t *testing.T, file string) {
 	for _, k := range []string{"XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "DISPLAY", "WAYLAND_DISPLAY"} {
 		t.Setenv(k, "")
 	}
-	env := newGoldenEnv(t, allowUnsigned, maxLine)
+	env := newGoldenEnv(t, allowUnsigned, maxLine, limits)
 	defer env.close()
 
 	var out bytes.Buffer
@@ -197,7 +207,7 @@ func parseLine(line string) (name string, op byte, rest string, ok bool) {
 	return line[:i], line[i], line[i+2:], true
 }
 
-func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int) *goldenEnv {
+func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.RateLimits) *goldenEnv {
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +222,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int) *goldenEnv {
 		TrustDir:      t.TempDir(),
 		AllowUnsigned: allowUnsigned,
 		SessionID:     "session-1",
+		RateLimits:    &limits,
 		Now:           func() time.Time { return fixedNow },
 		NewID: func(prefix string) string {
 			idMu.Lock()

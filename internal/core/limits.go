@@ -1,0 +1,142 @@
+package core
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/pcp-dev/pcp/api"
+)
+
+// RateLimits bound how fast invocations are accepted. A zero rate
+// disables that limit.
+type RateLimits struct {
+	// PerApp bounds the invocations of one app's capabilities from one
+	// invocation source, per second, with bursts of PerAppBurst. It keeps
+	// an agent from hammering an app; other apps are unaffected.
+	PerApp      float64
+	PerAppBurst int
+	// PerConnection bounds the invocations and actions of one connection,
+	// per second, with bursts of PerConnectionBurst. It keeps one client
+	// from starving the others.
+	PerConnection      float64
+	PerConnectionBurst int
+}
+
+// DefaultRateLimits are generous for an agent acting for a person and
+// tight enough that a runaway loop is stopped within a second.
+var DefaultRateLimits = RateLimits{PerApp: 50, PerAppBurst: 100, PerConnection: 500, PerConnectionBurst: 1000}
+
+// limiters holds the per-app limiters and the audit throttle for
+// rejections. mu guards its maps; it is a leaf lock.
+type limiters struct {
+	cfg RateLimits
+
+	mu      sync.Mutex
+	perApp  map[appKey]*rate.Limiter
+	noticed map[string]*rejections
+}
+
+type appKey struct{ source, app string }
+
+// rejections throttles the audit entries of one limit's rejections: the
+// first in each second is written with the count suppressed before it.
+type rejections struct {
+	last       time.Time
+	suppressed int
+}
+
+func newLimiters(cfg RateLimits) *limiters {
+	return &limiters{cfg: cfg, perApp: map[appKey]*rate.Limiter{}, noticed: map[string]*rejections{}}
+}
+
+func newLimiter(perSecond float64, burst int) *rate.Limiter {
+	if perSecond <= 0 {
+		return nil
+	}
+	if burst < 1 {
+		burst = int(math.Ceil(perSecond))
+	}
+	return rate.NewLimiter(rate.Limit(perSecond), burst)
+}
+
+// take spends one token of l at now, or answers RATE_LIMITED with the
+// time after which a retry would pass.
+func take(l *rate.Limiter, now time.Time, data map[string]any) error {
+	if l == nil {
+		return nil
+	}
+	r := l.ReserveN(now, 1)
+	if !r.OK() {
+		return api.Errorf(api.CodeRateLimited, data, "rate limited")
+	}
+	delay := r.DelayFrom(now)
+	if delay <= 0 {
+		return nil
+	}
+	r.CancelAt(now)
+	retry := delay.Milliseconds()
+	if retry < 1 {
+		retry = 1
+	}
+	data["retry_after_ms"] = retry
+	data["limit_per_second"] = float64(l.Limit())
+	data["burst"] = l.Burst()
+	return api.Errorf(api.CodeRateLimited, data, "too many invocations (%s); retry after %d ms", data["scope"], retry)
+}
+
+// app checks the per-app limit of source invoking appID.
+func (ls *limiters) app(source api.InvocationSource, appID string, now time.Time) error {
+	if ls.cfg.PerApp <= 0 {
+		return nil
+	}
+	k := appKey{string(source), appID}
+	ls.mu.Lock()
+	l := ls.perApp[k]
+	if l == nil {
+		l = newLimiter(ls.cfg.PerApp, ls.cfg.PerAppBurst)
+		ls.perApp[k] = l
+	}
+	ls.mu.Unlock()
+	return take(l, now, map[string]any{"scope": "app", "app_id": appID, "source": string(source)})
+}
+
+// connection checks the calling session's own limit.
+func (ls *limiters) connection(s *Session, now time.Time) error {
+	if s == nil || s.limiter == nil {
+		return nil
+	}
+	return take(s.limiter, now, map[string]any{"scope": "connection"})
+}
+
+// forget drops an app's limiters when it is revoked.
+func (ls *limiters) forget(appID string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for k := range ls.perApp {
+		if k.app == appID {
+			delete(ls.perApp, k)
+		}
+	}
+}
+
+// shouldAudit reports whether a rejection under key is audited now, and
+// how many rejections under key went unaudited since the last one.
+func (ls *limiters) shouldAudit(key string, now time.Time) (bool, int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	r := ls.noticed[key]
+	if r == nil {
+		r = &rejections{}
+		ls.noticed[key] = r
+	}
+	if !r.last.IsZero() && now.Sub(r.last) < time.Second {
+		r.suppressed++
+		return false, 0
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	return true, n
+}
