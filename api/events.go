@@ -8,6 +8,8 @@ const (
 	EventCapabilityInvoked      = "capability.invoked"
 	EventAppConnected           = "app.connected"
 	EventAppDisconnected        = "app.disconnected"
+	EventAppUnresponsive        = "app.unresponsive"
+	EventAppResponsive          = "app.responsive"
 	EventAppRevoked             = "app.revoked"
 	EventAppAllowed             = "app.allowed"
 	EventAdapterRegistered      = "adapter.registered"
@@ -31,7 +33,9 @@ var EventTypes = []string{
 	EventAppAllowed,
 	EventAppConnected,
 	EventAppDisconnected,
+	EventAppResponsive,
 	EventAppRevoked,
+	EventAppUnresponsive,
 	EventCapabilityInvoked,
 	EventCapabilityRegistered,
 	EventCapabilityUnregistered,

@@ -296,6 +296,8 @@ const (
 	AppNotRunning = "not_running"
 	AppRevoked    = "revoked"
 	AppBuiltin    = "builtin"
+	// AppUnresponsive: connected, but not answering liveness checks.
+	AppUnresponsive = "unresponsive"
 )
 
 // App describes a registered or revoked application.

@@ -98,6 +98,10 @@ func (a *App) serveOnce(ctx context.Context, log *slog.Logger) error {
 }
 
 func (a *App) handle(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	if method == api.MethodHealthCheck {
+		// The daemon's liveness check.
+		return map[string]string{"status": api.HealthOK}, nil
+	}
 	if method != api.MethodInvokeCapability {
 		return nil, api.Errorf(api.CodeMethodNotFound, map[string]any{"method": method}, "method not found: %s", method)
 	}

@@ -34,6 +34,8 @@ func main() {
 	fs.Float64Var(&rl.PerConnection, "rate-per-connection", rl.PerConnection, "invocations and actions per second of one connection (0: no limit)")
 	fs.IntVar(&rl.PerConnectionBurst, "rate-per-connection-burst", rl.PerConnectionBurst, "burst allowed above --rate-per-connection")
 	cfg.RateLimits = &rl
+	fs.DurationVar(&cfg.LivenessInterval, "liveness-interval", core.DefaultLivenessInterval, "how often connected apps are asked health.check (negative: never)")
+	fs.DurationVar(&cfg.LivenessTimeout, "liveness-timeout", core.DefaultLivenessTimeout, "an app that does not answer health.check within this is unresponsive")
 	fs.Parse(os.Args[1:])
 
 	var lv slog.Level

@@ -76,6 +76,11 @@ type Config struct {
 	NewID func(prefix string) string
 	// RateLimits bound invocations; nil means DefaultRateLimits.
 	RateLimits *RateLimits
+	// LivenessInterval is how often a connection serving an app is asked
+	// health.check; 0 means DefaultLivenessInterval, negative disables
+	// the checks. LivenessTimeout bounds the wait for the answer; 0 means
+	// DefaultLivenessTimeout.
+	LivenessInterval, LivenessTimeout time.Duration
 }
 
 // Broker is the PCP core.
@@ -113,6 +118,12 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.LivenessInterval == 0 {
+		cfg.LivenessInterval = DefaultLivenessInterval
+	}
+	if cfg.LivenessTimeout <= 0 {
+		cfg.LivenessTimeout = DefaultLivenessTimeout
 	}
 	if cfg.SubscriberQueue <= 0 {
 		cfg.SubscriberQueue = 256

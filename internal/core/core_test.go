@@ -33,7 +33,7 @@ func (p *recPeer) Call(ctx context.Context, method string, params, result any) e
 		return ctx.Err()
 	}
 	raw, err := p.call(ctx, method, params)
-	if err != nil {
+	if err != nil || result == nil {
 		return err
 	}
 	return json.Unmarshal(raw, result)
@@ -343,5 +343,67 @@ func TestConcurrentInvocationsAudited(t *testing.T) {
 	v, err := b.AuditVerify(context.Background())
 	if err != nil || !v.OK || v.Entries != 1+16*50 {
 		t.Errorf("audit: %+v, %v; want ok with %d entries", v, err, 1+16*50)
+	}
+}
+
+// An app whose connection stops answering is marked unresponsive by the
+// liveness checks: its invocations fail fast with APP_UNRESPONSIVE, and
+// it recovers when it answers again.
+func TestLiveness(t *testing.T) {
+	st, err := store.OpenMemory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &RateLimits{},
+		LivenessInterval: 10 * time.Millisecond, LivenessTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var hung sync.Mutex // held while the app "hangs"
+	app := &recPeer{call: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
+		if method == api.MethodHealthCheck {
+			done := make(chan struct{})
+			go func() { hung.Lock(); hung.Unlock(); close(done) }()
+			select {
+			case <-done:
+				return json.RawMessage(`{"status":"ok"}`), nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return json.RawMessage(`{"status":"success"}`), nil
+	}}
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app))
+	watcher := &recPeer{}
+	wctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, watcher))
+	if _, err := b.Subscribe(wctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAppUnresponsive, api.EventAppResponsive}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: "org.example.todo", Manifest: json.RawMessage(todoManifest)}); err != nil {
+		t.Fatal(err)
+	}
+	call := func() error {
+		_, err := b.InvokeCapability(context.Background(), &api.InvokeCapabilityParams{CapabilityID: "org.example.todo.add", AppID: "org.example.todo",
+			Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"text":"x"}`)})
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatal(err)
+	}
+	hung.Lock()
+	waitFor(t, func() bool { return errors.Is(call(), api.ErrAppUnresponsive) })
+	apps, _ := b.Apps(context.Background())
+	for _, a := range apps.Apps {
+		if a.AppID == "org.example.todo" && a.State != api.AppUnresponsive {
+			t.Errorf("state = %s, want unresponsive", a.State)
+		}
+	}
+	hung.Unlock()
+	waitFor(t, func() bool { return call() == nil })
+	waitFor(t, func() bool { return len(watcher.methods()) >= 2 })
+	if m := watcher.methods(); m[0] != api.EventAppUnresponsive || m[1] != api.EventAppResponsive {
+		t.Errorf("events = %v, want unresponsive then responsive", m)
 	}
 }

@@ -217,6 +217,10 @@ func firstByte(b []byte) byte {
 type sessionProvider struct{ s *Session }
 
 func (sp sessionProvider) Invoke(ctx context.Context, c *api.Capability, source api.InvocationSource, params json.RawMessage) (*api.CapabilityResult, error) {
+	if sp.s.unresponsive.Load() {
+		return nil, api.Errorf(api.CodeAppUnresponsive, map[string]any{"app_id": c.AppID, "reason": "no answer to liveness checks"},
+			"app %s is not answering", c.AppID)
+	}
 	var res api.CapabilityResult
 	err := sp.s.peer.Call(ctx, api.MethodInvokeCapability, &api.InvokeCapabilityParams{
 		CapabilityID: c.ID, AppID: c.AppID, Source: source, Params: params,

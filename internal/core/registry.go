@@ -187,6 +187,7 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 		sess.mu.Lock()
 		sess.apps[p.AppID] = true
 		sess.mu.Unlock()
+		sess.watchLiveness()
 	}
 	ids := append([]string(nil), a.capIDs...)
 	caps := make([]api.Capability, 0, len(ids))
@@ -247,6 +248,8 @@ func (b *Broker) Apps(ctx context.Context) (*api.AppsListResult, error) {
 		switch {
 		case a.builtin:
 			st = api.AppBuiltin
+		case a.owner != nil && a.owner.unresponsive.Load():
+			st = api.AppUnresponsive
 		case a.provider != nil:
 			st = api.AppRunning
 		}

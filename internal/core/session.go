@@ -3,9 +3,12 @@ package core
 import (
 	"context"
 	"fmt"
-	"github.com/pcp-dev/pcp/api"
-	"golang.org/x/time/rate"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/time/rate"
+
+	"github.com/pcp-dev/pcp/api"
 )
 
 // Role is what a session may do.
@@ -61,6 +64,11 @@ type Session struct {
 	peer Peer
 	// limiter bounds the session's invocations; nil when unlimited.
 	limiter *rate.Limiter
+	// unresponsive is set while the peer fails liveness checks.
+	unresponsive atomic.Bool
+	liveness     sync.Once
+	// done is closed when the session closes; it ends the liveness loop.
+	done chan struct{}
 
 	// mu guards authed, apps, adapters and closed.
 	mu       sync.Mutex
@@ -101,7 +109,7 @@ func (s *Session) MarkAuthenticated() {
 // OpenSession registers a connection. Close it when the connection ends.
 func (b *Broker) OpenSession(info SessionInfo, peer Peer) *Session {
 	s := &Session{ID: b.newID("sess"), Info: info, b: b, peer: peer, apps: map[string]bool{}, adapters: map[string]bool{},
-		limiter: newLimiter(b.limits.cfg.PerConnection, b.limits.cfg.PerConnectionBurst)}
+		limiter: newLimiter(b.limits.cfg.PerConnection, b.limits.cfg.PerConnectionBurst), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		s.closed = true
@@ -126,6 +134,7 @@ func (s *Session) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	close(s.done)
 	s.b.closeSession(s)
 	if s.peer != nil {
 		s.peer.Close()

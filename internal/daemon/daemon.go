@@ -43,6 +43,8 @@ type Config struct {
 	AllowUnsigned bool
 	// RateLimits bound invocations; nil means core.DefaultRateLimits.
 	RateLimits *core.RateLimits
+	// LivenessInterval and LivenessTimeout: see core.Config.
+	LivenessInterval, LivenessTimeout time.Duration
 	// MaxLine bounds one JSON-RPC line.
 	MaxLine int
 	Logger  *slog.Logger
@@ -101,7 +103,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("opening store: %w", err)
 	}
 	defer st.Close()
-	b, err := core.New(ctx, core.Config{Store: st, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, Logger: log})
+	b, err := core.New(ctx, core.Config{Store: st, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
 	if err != nil {
 		return err
 	}

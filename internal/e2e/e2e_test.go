@@ -99,6 +99,8 @@ type world struct {
 	env                       []string
 
 	pcpd, notes *proc
+	// pcpdArgs are added to pcpd's command line.
+	pcpdArgs []string
 }
 
 func newWorld(t *testing.T) *world {
@@ -250,8 +252,8 @@ func (w *world) stop(p *proc, sig syscall.Signal) error {
 // it answers.
 func (w *world) startPCPD() {
 	w.t.Helper()
-	w.pcpd = w.start("pcpd", "--socket", w.socket, "--control-socket", w.control,
-		"--state-dir", w.stateDir, "--trust-dir", w.trustDir)
+	w.pcpd = w.start("pcpd", append([]string{"--socket", w.socket, "--control-socket", w.control,
+		"--state-dir", w.stateDir, "--trust-dir", w.trustDir}, w.pcpdArgs...)...)
 	w.poll("pcpd to answer health.check", 15*time.Second, func() (bool, string) {
 		if w.pcpd.exited() {
 			w.t.Fatalf("pcpd exited during start-up: %v\n%s", w.pcpd.err, w.pcpd.out)
@@ -752,4 +754,61 @@ func TestDemoSmoke(t *testing.T) {
 		t.Errorf("scripts/demo --smoke exited 0 without saying it passed:\n%s", out)
 	}
 	t.Logf("scripts/demo --smoke passed in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestHungApp stops the notes process (SIGSTOP), as a hung app would be:
+// the liveness checks mark it unresponsive, invocations fail fast with
+// APP_UNRESPONSIVE instead of waiting for the execution timeout, everyone
+// else is served, and once it runs again (SIGCONT) it serves again.
+func TestHungApp(t *testing.T) {
+	w := newWorld(t)
+	w.pcpdArgs = []string{"--liveness-interval", "200ms", "--liveness-timeout", "300ms"}
+	w.startPCPD()
+	w.startNotes()
+	var created map[string]any
+	w.invoke(&created, "create", "title=before", "body=hang")
+
+	if err := w.notes.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer w.notes.cmd.Process.Signal(syscall.SIGCONT)
+	w.poll("the notes app to be marked unresponsive", 10*time.Second, func() (bool, string) {
+		var apps api.AppsListResult
+		w.pcpctlJSON(&apps, "apps")
+		for _, a := range apps.Apps {
+			if a.AppID == notesApp {
+				return a.State == api.AppUnresponsive, a.State
+			}
+		}
+		return false, "notes not listed"
+	})
+	start := time.Now()
+	r := w.pcpctl("invoke", notesApp+".list")
+	if r.code == 0 || !strings.Contains(r.stderr, "APP_UNRESPONSIVE") {
+		t.Fatalf("invoke of a hung app: %s", r)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("APP_UNRESPONSIVE took %v; it should not wait for the execution timeout", d)
+	}
+	// The daemon serves everyone else meanwhile.
+	w.mustPCPCTL("invoke", "pcp.inspection.ping")
+
+	if err := w.notes.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	w.poll("the notes app to answer again", 10*time.Second, func() (bool, string) {
+		r := w.pcpctl("invoke", notesApp+".list")
+		return r.code == 0, r.String()
+	})
+	var tail api.AuditTailResult
+	w.pcpctlJSON(&tail, "audit", "tail", "-n", "50")
+	var states []string
+	for _, e := range tail.Entries {
+		if e.Kind == "liveness" {
+			states = append(states, e.Outcome)
+		}
+	}
+	if len(states) < 2 || states[0] != "unresponsive" || states[len(states)-1] != "responsive" {
+		t.Errorf("liveness audit entries = %v, want unresponsive ... responsive", states)
+	}
 }

@@ -223,7 +223,9 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		AllowUnsigned: allowUnsigned,
 		SessionID:     "session-1",
 		RateLimits:    &limits,
-		Now:           func() time.Time { return fixedNow },
+		// Transcripts are exact; a liveness check would interleave.
+		LivenessInterval: -1,
+		Now:              func() time.Time { return fixedNow },
 		NewID: func(prefix string) string {
 			idMu.Lock()
 			defer idMu.Unlock()
