@@ -111,3 +111,11 @@ are added.
 		t.Errorf("%s is out of date with the catalogue; run go test ./api -update", path)
 	}
 }
+
+func TestEventTypesSorted(t *testing.T) {
+	for i := 1; i < len(EventTypes); i++ {
+		if EventTypes[i-1] >= EventTypes[i] {
+			t.Errorf("EventTypes not sorted at %q, %q", EventTypes[i-1], EventTypes[i])
+		}
+	}
+}

@@ -14,6 +14,18 @@ const (
 	EventAppAllowed             = "app.allowed"
 	EventAdapterRegistered      = "adapter.registered"
 
+	EventConfirmationRequested = "confirmation.requested"
+	EventConfirmationApproved  = "confirmation.approved"
+	EventConfirmationDenied    = "confirmation.denied"
+	EventConfirmationExpired   = "confirmation.expired"
+
+	EventJobQueued    = "job.queued"
+	EventJobRunning   = "job.running"
+	EventJobDone      = "job.done"
+	EventJobFailed    = "job.failed"
+	EventJobUndone    = "job.undone"
+	EventJobCancelled = "job.cancelled"
+
 	// Events adapters emit.
 	EventSurfaceCreated         = "surface.created"
 	EventSurfaceDestroyed       = "surface.destroyed"
@@ -39,9 +51,19 @@ var EventTypes = []string{
 	EventCapabilityInvoked,
 	EventCapabilityRegistered,
 	EventCapabilityUnregistered,
+	EventConfirmationApproved,
+	EventConfirmationDenied,
+	EventConfirmationExpired,
+	EventConfirmationRequested,
 	EventElementChildrenChanged,
 	EventElementStateChanged,
 	EventElementValueChanged,
+	EventJobCancelled,
+	EventJobDone,
+	EventJobFailed,
+	EventJobQueued,
+	EventJobRunning,
+	EventJobUndone,
 	EventSurfaceCreated,
 	EventSurfaceDestroyed,
 	EventSurfaceFocusChanged,

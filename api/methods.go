@@ -51,6 +51,17 @@ const (
 	MethodEventsHistory = "events.history"
 	// MethodSessionAuthenticate presents the bearer token on TCP.
 	MethodSessionAuthenticate = "session.authenticate"
+	// MethodConfirmList lists confirmations: all for the user, the
+	// caller's own for an agent.
+	MethodConfirmList = "confirm.list"
+	// MethodConfirmApprove approves a pending confirmation. User only.
+	MethodConfirmApprove = "confirm.approve"
+	// MethodConfirmDeny denies a pending confirmation. User only.
+	MethodConfirmDeny = "confirm.deny"
+	// MethodJobsList lists deferred jobs.
+	MethodJobsList = "jobs.list"
+	// MethodJobsUndo undoes a queued job before it runs. User only.
+	MethodJobsUndo = "jobs.undo"
 )
 
 // Notifications the daemon sends that are not event types.

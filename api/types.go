@@ -187,9 +187,16 @@ type InvokeCapabilityParams struct {
 	AppID        string           `json:"app_id"`
 	Source       InvocationSource `json:"source"`
 	Params       json.RawMessage  `json:"params,omitempty"`
-	// ConfirmationID presents an approved confirmation.
+	// ConfirmationID presents the confirmation the daemon handed out
+	// with CONFIRMATION_REQUIRED, once the user has decided it.
 	ConfirmationID string `json:"confirmation_id,omitempty"`
+	// WaitMS, with ConfirmationID, waits up to this long (at most
+	// MaxConfirmationWaitMS) for the user to decide a pending one.
+	WaitMS int64 `json:"wait_ms,omitempty"`
 }
+
+// MaxConfirmationWaitMS bounds InvokeCapabilityParams.WaitMS.
+const MaxConfirmationWaitMS = 60000
 
 // Result statuses of a CapabilityResult.
 const (
@@ -407,4 +414,92 @@ type SubscriptionEnded struct {
 	SubscriptionID string `json:"subscription_id"`
 	Reason         string `json:"reason"`
 	Timestamp      int64  `json:"timestamp"`
+}
+
+// Confirmation states.
+const (
+	ConfirmPending  = "pending"
+	ConfirmApproved = "approved"
+	ConfirmDenied   = "denied"
+	ConfirmExpired  = "expired"
+	ConfirmUsed     = "used"
+)
+
+// Confirmation is a request for the user's decision on one invocation.
+type Confirmation struct {
+	ConfirmationID   string `json:"confirmation_id"`
+	CapabilityID     string `json:"capability_id"`
+	AppID            string `json:"app_id"`
+	ConfirmationType string `json:"confirmation_type"`
+	Description      string `json:"description"`
+	UndoWindowMS     int64  `json:"undo_window_ms"`
+	State            string `json:"state"`
+	// Requester names the connection that asked, e.g. "agent:uid=1000,pid=42".
+	Requester string `json:"requester"`
+	CreatedAt string `json:"created_at"`
+	ExpiresAt string `json:"expires_at"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// ConfirmListResult is the result of confirm.list.
+type ConfirmListResult struct {
+	Confirmations []Confirmation `json:"confirmations"`
+}
+
+// ConfirmDecisionParams are the parameters of confirm.approve and
+// confirm.deny.
+type ConfirmDecisionParams struct {
+	ConfirmationID string `json:"confirmation_id"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+// ConfirmDecisionResult is the result of confirm.approve and confirm.deny.
+type ConfirmDecisionResult struct {
+	Confirmation Confirmation `json:"confirmation"`
+}
+
+// Job states.
+const (
+	JobQueued    = "queued"
+	JobRunning   = "running"
+	JobDone      = "done"
+	JobFailed    = "failed"
+	JobUndone    = "undone"
+	JobCancelled = "cancelled"
+)
+
+// Job is an approved invocation waiting out its undo window, or its
+// outcome.
+type Job struct {
+	JobID        string          `json:"job_id"`
+	CapabilityID string          `json:"capability_id"`
+	AppID        string          `json:"app_id"`
+	State        string          `json:"state"`
+	RunAt        string          `json:"run_at"`
+	CreatedAt    string          `json:"created_at"`
+	UpdatedAt    string          `json:"updated_at"`
+	Requester    string          `json:"requester"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	Error        json.RawMessage `json:"error,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+}
+
+// JobsListParams are the parameters of jobs.list.
+type JobsListParams struct {
+	Limit int `json:"limit,omitempty"`
+}
+
+// JobsListResult is the result of jobs.list.
+type JobsListResult struct {
+	Jobs []Job `json:"jobs"`
+}
+
+// JobsUndoParams are the parameters of jobs.undo.
+type JobsUndoParams struct {
+	JobID string `json:"job_id"`
+}
+
+// JobsUndoResult is the result of jobs.undo.
+type JobsUndoResult struct {
+	Job Job `json:"job"`
 }

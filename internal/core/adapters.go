@@ -275,15 +275,16 @@ func (b *Broker) AdapterEvent(ctx context.Context, eventType string, data map[st
 func (b *Broker) Health(ctx context.Context) (*api.HealthResult, error) {
 	b.mu.RLock()
 	res := &api.HealthResult{
-		Status:         api.HealthOK,
-		Adapters:       []api.AdapterHealth{},
-		UptimeMS:       b.now().Sub(b.started).Milliseconds(),
-		ActiveSessions: len(b.sessions),
-		AllowUnsigned:  b.cfg.AllowUnsigned,
-		Version:        Version,
-		Capabilities:   len(b.caps),
-		Apps:           len(b.apps),
-		Subscriptions:  len(b.subs),
+		Status:               api.HealthOK,
+		Adapters:             []api.AdapterHealth{},
+		UptimeMS:             b.now().Sub(b.started).Milliseconds(),
+		ActiveSessions:       len(b.sessions),
+		PendingConfirmations: b.PendingConfirmations(),
+		AllowUnsigned:        b.cfg.AllowUnsigned,
+		Version:              Version,
+		Capabilities:         len(b.caps),
+		Apps:                 len(b.apps),
+		Subscriptions:        len(b.subs),
 	}
 	ads := append([]*adapterEntry(nil), b.adapters...)
 	b.mu.RUnlock()

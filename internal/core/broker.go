@@ -52,6 +52,10 @@ type Store interface {
 	RecentEvents(ctx context.Context, limit int) ([]api.Event, error)
 	JournalLength() int64
 	LastEventSeq(ctx context.Context) (int64, error)
+	SaveJob(ctx context.Context, j store.Job) error
+	Jobs(ctx context.Context, limit int) ([]store.Job, error)
+	Job(ctx context.Context, id string) (store.Job, bool, error)
+	InterruptJobs(ctx context.Context, now time.Time, reason string) ([]store.Job, error)
 }
 
 // Config configures a Broker.
@@ -81,6 +85,12 @@ type Config struct {
 	// the checks. LivenessTimeout bounds the wait for the answer; 0 means
 	// DefaultLivenessTimeout.
 	LivenessInterval, LivenessTimeout time.Duration
+	// ConfirmationTTL is how long a confirmation waits for the user and
+	// an approval for its use; 0 means DefaultConfirmationTTL.
+	ConfirmationTTL time.Duration
+	// AfterFunc runs f after d and returns a function that cancels it;
+	// nil means time.AfterFunc. Tests pass a controllable clock's.
+	AfterFunc func(d time.Duration, f func()) (stop func() bool)
 }
 
 // Broker is the PCP core.
@@ -106,6 +116,13 @@ type Broker struct {
 	nextID atomic.Int64
 
 	limits *limiters
+
+	// confMu guards confs and the confirmations in it.
+	confMu sync.Mutex
+	confs  map[string]*confirmation
+	// jobMu guards jobs (the queued and running ones) and their fields.
+	jobMu sync.Mutex
+	jobs  map[string]*job
 }
 
 // New loads persisted state and returns a running broker.
@@ -138,6 +155,8 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		revoked:  make(map[string]store.Revocation),
 		sessions: make(map[string]*Session),
 		subs:     make(map[string]*subscription),
+		confs:    make(map[string]*confirmation),
+		jobs:     make(map[string]*job),
 	}
 	rl := DefaultRateLimits
 	if cfg.RateLimits != nil {
@@ -164,6 +183,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	for _, r := range revs {
 		b.revoked[r.AppID] = r
 	}
+	if err := b.recoverJobs(ctx); err != nil {
+		return nil, fmt.Errorf("core: recovering jobs: %w", err)
+	}
 	recs, err := b.store.LoadApps(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("core: loading manifests: %w", err)
@@ -181,6 +203,13 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		b.indexAppLocked(a)
 	}
 	return b, nil
+}
+
+func (b *Broker) afterFunc(d time.Duration, f func()) func() bool {
+	if b.cfg.AfterFunc != nil {
+		return b.cfg.AfterFunc(d, f)
+	}
+	return time.AfterFunc(d, f).Stop
 }
 
 func randomHex(n int) string {
@@ -209,6 +238,14 @@ func (b *Broker) Close() {
 	for _, s := range sessions {
 		s.Close()
 	}
+	// Queued jobs stay queued in the store; the next start cancels them.
+	b.jobMu.Lock()
+	for _, j := range b.jobs {
+		if j.stop != nil {
+			j.stop()
+		}
+	}
+	b.jobMu.Unlock()
 }
 
 // audit appends r and waits for it to be committed. The reply to the

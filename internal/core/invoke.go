@@ -116,20 +116,35 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*ap
 			return nil, &c, err
 		}
 	}
-	switch c.TrustLevel {
-	case api.TrustDeny:
-		return nil, &c, api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID, "trust_level": c.TrustLevel}, "capability %s is denied by its trust level", c.ID)
-	case api.TrustConfirm:
-		return nil, &c, api.Errorf(api.CodeConfirmationRequired, map[string]any{
-			"capability_id": c.ID, "confirmation_type": confirmationType(&c), "undo_window_ms": c.UndoWindowMS,
-			"description": describe(&c, p.Params),
-		}, "Confirmation required")
-	}
 	if err := manifest.CheckParams(c.ID, c.Parameters, p.Params); err != nil {
 		return nil, &c, err
 	}
 	if provider == nil {
-		return nil, &c, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": p.AppID, "running": false}, "app %s is not running", p.AppID)
+		// Checked before the trust level: the user is not asked to approve
+		// what cannot run.
+		return nil, &c, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": c.AppID, "running": false}, "app %s is not running", c.AppID)
+	}
+	switch c.TrustLevel {
+	case api.TrustDeny:
+		return nil, &c, api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID, "trust_level": c.TrustLevel}, "capability %s is denied by its trust level", c.ID)
+	case api.TrustConfirm:
+		if err := b.confirmGate(ctx, p, &c); err != nil {
+			return nil, &c, err
+		}
+		if c.UndoWindowMS > 0 {
+			res, err := b.deferJob(ctx, p, &c)
+			return res, &c, err
+		}
+	}
+	res, err := b.execute(ctx, &c, provider, p.Source, p.Params)
+	return res, &c, err
+}
+
+// execute dispatches one invocation to its provider under the
+// capability's timeout and maps transport failures onto the catalogue.
+func (b *Broker) execute(ctx context.Context, c *api.Capability, provider Provider, source api.InvocationSource, params json.RawMessage) (*api.CapabilityResult, error) {
+	if provider == nil {
+		return nil, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": c.AppID, "running": false}, "app %s is not running", c.AppID)
 	}
 	timeout := DefaultTimeout
 	if c.TimeoutMS > 0 {
@@ -137,30 +152,30 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*ap
 	}
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := provider.Invoke(ictx, &c, p.Source, p.Params)
+	res, err := provider.Invoke(ictx, c, source, params)
 	if err != nil {
 		if ictx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-			return nil, &c, api.Errorf(api.CodeExecutionTimeout, map[string]any{"capability_id": c.ID, "timeout_ms": timeout.Milliseconds()},
+			return nil, api.Errorf(api.CodeExecutionTimeout, map[string]any{"capability_id": c.ID, "timeout_ms": timeout.Milliseconds()},
 				"capability %s did not complete within %s", c.ID, timeout)
 		}
 		if errors.Is(err, net.ErrClosed) {
-			return nil, &c, api.Errorf(api.CodeAppUnresponsive, map[string]any{"app_id": c.AppID, "reason": "connection closed during invocation"},
+			return nil, api.Errorf(api.CodeAppUnresponsive, map[string]any{"app_id": c.AppID, "reason": "connection closed during invocation"},
 				"app %s went away during the invocation", c.AppID)
 		}
 		if ctx.Err() != nil {
-			return nil, &c, api.Errorf(api.CodeInternalError, map[string]any{"capability_id": c.ID}, "invocation abandoned: %v", ctx.Err())
+			return nil, api.Errorf(api.CodeInternalError, map[string]any{"capability_id": c.ID}, "invocation abandoned: %v", ctx.Err())
 		}
-		return nil, &c, err
+		return nil, err
 	}
 	if res == nil || !api.ValidStatus(res.Status) {
 		status := ""
 		if res != nil {
 			status = res.Status
 		}
-		return nil, &c, api.Errorf(api.CodeInternalError, map[string]any{"app_id": c.AppID, "status": status},
+		return nil, api.Errorf(api.CodeInternalError, map[string]any{"app_id": c.AppID, "status": status},
 			"app %s returned an invalid result status %q", c.AppID, status)
 	}
-	return res, &c, nil
+	return res, nil
 }
 
 func confirmationType(c *api.Capability) string {

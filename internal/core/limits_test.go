@@ -13,14 +13,59 @@ import (
 	"github.com/pcp-dev/pcp/internal/store"
 )
 
-// clock is a controllable clock for the broker.
+// clock is a controllable clock for the broker: now and timers move
+// only when the test advances it.
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	timers []*fakeTimer
 }
 
-func (c *clock) now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+type fakeTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) afterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.t.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+// advance moves the clock and runs, in order and on this goroutine, the
+// timers that came due.
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	var due []*fakeTimer
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case t.stopped:
+		case !t.at.After(c.t):
+			t.stopped = true
+			due = append(due, t)
+		default:
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
+}
 
 func limitedBroker(t *testing.T, rl RateLimits) (*Broker, *clock) {
 	t.Helper()

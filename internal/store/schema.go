@@ -50,6 +50,27 @@ CREATE TABLE audit (
 	hash          TEXT NOT NULL
 ) STRICT;
 `,
+	// 2: deferred jobs (see jobs.go). params, result and error hold JSON
+	// or NULL; timestamps use the same layout as version 1.
+	`
+CREATE TABLE jobs (
+	id            TEXT PRIMARY KEY,
+	capability_id TEXT NOT NULL,
+	app_id        TEXT NOT NULL,
+	source        TEXT NOT NULL,
+	actor         TEXT NOT NULL,
+	params        TEXT,
+	state         TEXT NOT NULL,
+	run_at        TEXT NOT NULL,
+	created_at    TEXT NOT NULL,
+	updated_at    TEXT NOT NULL,
+	result        TEXT,
+	error         TEXT,
+	reason        TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX jobs_state ON jobs (state);
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -1,6 +1,6 @@
 // Package store keeps PCP's durable state in one SQLite file: registered
-// apps, revocations, the bounded event journal and the hash-chained audit
-// log (whose chain is defined by internal/audit).
+// apps, revocations, deferred jobs, the bounded event journal and the
+// hash-chained audit log (whose chain is defined by internal/audit).
 //
 // # Writes: one writer goroutine, group commit
 //

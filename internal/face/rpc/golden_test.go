@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,8 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts' expecte
 //	NAME> {...}     send this line on NAME
 //	NAME< {...}     the next line NAME receives is exactly this
 //	NAME! close     close NAME
+//	clock! advance D  move the broker's clock by D (a Go duration), firing
+//	                  the timers that come due (undo windows, expiries)
 //	# ...           a comment
 //
 // Connections open at first use. Names starting with "user" are the
@@ -60,6 +63,7 @@ var fixedNow = time.Unix(1699876543, 0).UTC()
 
 type goldenEnv struct {
 	t     *testing.T
+	clk   *goldenClock
 	srv   *Server
 	conns map[string]*goldenConn
 	wg    sync.WaitGroup
@@ -161,6 +165,15 @@ func runGolden(t *testing.T, file string) {
 				out.WriteString(name + "< " + w + "\n")
 			}
 		case '!':
+			if name == "clock" {
+				d, err := time.ParseDuration(strings.TrimPrefix(rest, "advance "))
+				if err != nil || !strings.HasPrefix(rest, "advance ") {
+					t.Fatalf("%s:%d: clock directive %q, want 'advance DURATION'", file, i+1, rest)
+				}
+				env.clk.advance(d)
+				out.WriteString(line + "\n")
+				continue
+			}
 			switch rest {
 			case "close":
 				env.conn(name).c.Close()
@@ -217,6 +230,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		idMu sync.Mutex
 		ids  = map[string]int{}
 	)
+	clk := &goldenClock{t: fixedNow}
 	b, err := core.New(context.Background(), core.Config{
 		Store:         st,
 		TrustDir:      t.TempDir(),
@@ -225,7 +239,8 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		RateLimits:    &limits,
 		// Transcripts are exact; a liveness check would interleave.
 		LivenessInterval: -1,
-		Now:              func() time.Time { return fixedNow },
+		Now:              clk.now,
+		AfterFunc:        clk.afterFunc,
 		NewID: func(prefix string) string {
 			idMu.Lock()
 			defer idMu.Unlock()
@@ -240,7 +255,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 	if err := addTestService(b); err != nil {
 		t.Fatal(err)
 	}
-	return &goldenEnv{t: t, srv: NewServer(b, Options{MaxLine: maxLine, Token: "test-token"}), conns: map[string]*goldenConn{}}
+	return &goldenEnv{t: t, clk: clk, srv: NewServer(b, Options{MaxLine: maxLine, Token: "test-token"}), conns: map[string]*goldenConn{}}
 }
 
 func (e *goldenEnv) conn(name string) *goldenConn {
@@ -305,4 +320,65 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 		return c
 	}
 	return mk(fds[0], "client"), mk(fds[1], "server")
+}
+
+// goldenClock is the broker's clock in golden runs: it starts at fixedNow
+// and moves only on a "clock! advance" line, firing the timers due.
+type goldenClock struct {
+	mu     sync.Mutex
+	t      time.Time
+	timers []*goldenTimer
+}
+
+type goldenTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (c *goldenClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *goldenClock) afterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &goldenTimer{at: c.t.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.stopped
+		t.stopped = true
+		return was
+	}
+}
+
+func (c *goldenClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	var due []*goldenTimer
+	for _, t := range c.timers {
+		if !t.stopped && !t.at.After(c.t) {
+			t.stopped = true
+			due = append(due, t)
+		}
+	}
+	c.mu.Unlock()
+	// Off the transcript's goroutine, as with time.AfterFunc (a job that
+	// calls an app must not block the transcript that answers for it), but
+	// one after the other, in the order they came due, so the events they
+	// cause are numbered the same way on every run.
+	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, t := range due {
+			t.f()
+		}
+	}()
+	// Wait for them, but not for long: a job waits for its app, whose
+	// answer is a later line of the transcript.
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
 }
