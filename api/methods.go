@@ -62,6 +62,10 @@ const (
 	MethodJobsList = "jobs.list"
 	// MethodJobsUndo undoes a queued job before it runs. User only.
 	MethodJobsUndo = "jobs.undo"
+	// MethodPolicyShow reports the policy in force with provenance.
+	MethodPolicyShow = "policy.show"
+	// MethodPolicyReload rereads the policy file. User only.
+	MethodPolicyReload = "policy.reload"
 )
 
 // Notifications the daemon sends that are not event types.

@@ -503,3 +503,46 @@ type JobsUndoParams struct {
 type JobsUndoResult struct {
 	Job Job `json:"job"`
 }
+
+// PolicyShowParams are the parameters of policy.show.
+type PolicyShowParams struct {
+	// Source is the invocation source the rows are for; default
+	// SystemIntelligence.
+	Source string `json:"source,omitempty"`
+}
+
+// Valued is a setting's effective value and where it came from, e.g.
+// "policy.toml: apps.\"org.pcp.notes\"", "manifest", "built-in default".
+// Durations are strings such as "30s".
+type Valued struct {
+	Value any    `json:"value"`
+	From  string `json:"from"`
+}
+
+// PolicyLimits are the effective rate limits.
+type PolicyLimits struct {
+	PerApp             Valued `json:"per_app"`
+	PerAppBurst        Valued `json:"per_app_burst"`
+	PerConnection      Valued `json:"per_connection"`
+	PerConnectionBurst Valued `json:"per_connection_burst"`
+}
+
+// PolicyCapability is one capability's declared and effective settings.
+type PolicyCapability struct {
+	CapabilityID string `json:"capability_id"`
+	AppID        string `json:"app_id"`
+	Name         string `json:"name"`
+	Declared     string `json:"declared"`
+	TrustLevel   Valued `json:"trust_level"`
+	Timeout      Valued `json:"timeout"`
+}
+
+// PolicyView is the result of policy.show and policy.reload.
+type PolicyView struct {
+	Path               string             `json:"path"`
+	Loaded             bool               `json:"loaded"`
+	Source             string             `json:"source"`
+	Limits             PolicyLimits       `json:"limits"`
+	ConfirmationExpiry Valued             `json:"confirmation_expiry"`
+	Capabilities       []PolicyCapability `json:"capabilities"`
+}

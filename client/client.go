@@ -246,3 +246,30 @@ func (c *Client) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error
 func (c *Client) EventHistory(ctx context.Context, limit int) (*api.EventsHistoryResult, error) {
 	return call[api.EventsHistoryResult](ctx, c, api.MethodEventsHistory, &api.EventsHistoryParams{Limit: limit})
 }
+
+// ConfirmList lists confirmations: every one over the control socket, the
+// caller's own over the agent socket.
+func (c *Client) ConfirmList(ctx context.Context) (*api.ConfirmListResult, error) {
+	return call[api.ConfirmListResult](ctx, c, api.MethodConfirmList, nil)
+}
+
+// ConfirmApprove approves a pending confirmation (control socket only).
+func (c *Client) ConfirmApprove(ctx context.Context, id, reason string) (*api.ConfirmDecisionResult, error) {
+	return call[api.ConfirmDecisionResult](ctx, c, api.MethodConfirmApprove, &api.ConfirmDecisionParams{ConfirmationID: id, Reason: reason})
+}
+
+// ConfirmDeny denies a pending confirmation (control socket only).
+func (c *Client) ConfirmDeny(ctx context.Context, id, reason string) (*api.ConfirmDecisionResult, error) {
+	return call[api.ConfirmDecisionResult](ctx, c, api.MethodConfirmDeny, &api.ConfirmDecisionParams{ConfirmationID: id, Reason: reason})
+}
+
+// JobsList lists deferred jobs, newest first; limit 0 means the daemon's
+// default.
+func (c *Client) JobsList(ctx context.Context, limit int) (*api.JobsListResult, error) {
+	return call[api.JobsListResult](ctx, c, api.MethodJobsList, &api.JobsListParams{Limit: limit})
+}
+
+// JobsUndo undoes a queued job before it runs (control socket only).
+func (c *Client) JobsUndo(ctx context.Context, id string) (*api.JobsUndoResult, error) {
+	return call[api.JobsUndoResult](ctx, c, api.MethodJobsUndo, &api.JobsUndoParams{JobID: id})
+}

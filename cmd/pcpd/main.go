@@ -28,6 +28,7 @@ func main() {
 	fs.BoolVar(&cfg.AllowUnsigned, "allow-unsigned", false, "accept manifests with an empty signature (development only; reported by health.check)")
 	fs.IntVar(&cfg.MaxLine, "max-line", 1<<20, "largest accepted JSON-RPC line in bytes")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.PolicyFile, "policy", "", "the user's policy file (default $XDG_CONFIG_HOME/pcp/policy.toml); SIGHUP rereads it")
 	rl := core.DefaultRateLimits
 	fs.Float64Var(&rl.PerApp, "rate-per-app", rl.PerApp, "invocations per second of one app's capabilities from one source (0: no limit)")
 	fs.IntVar(&rl.PerAppBurst, "rate-per-app-burst", rl.PerAppBurst, "burst allowed above --rate-per-app")
@@ -47,6 +48,18 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	cfg.Reload = reload
 	if err := daemon.Run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "pcpd:", err)
 		os.Exit(1)

@@ -89,8 +89,9 @@ func (e *env) rootCommand() *cobra.Command {
 		Long: `pcpctl talks to pcpd, the per-session PCP daemon, over its Unix socket.
 
 It lists and invokes capabilities, follows events, revokes and allows apps,
-checks health, reads and verifies the audit log, and signs and verifies
-capability manifests.`,
+approves and denies confirmations, lists and undoes deferred jobs, shows and
+reloads the policy, checks health, reads and verifies the audit log, and
+signs and verifies capability manifests.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -111,6 +112,9 @@ capability manifests.`,
 		e.eventsCommand(),
 		e.revokeCommand(),
 		e.appsCommand(),
+		e.confirmCommand(),
+		e.jobsCommand(),
+		e.policyCommand(),
 		e.healthCommand(),
 		e.auditCommand(),
 		e.manifestCommand(),

@@ -686,6 +686,14 @@ func TestUsageErrors(t *testing.T) {
 		{"invoke", "a.b.c", "--params", "[1]"},
 		{"apps", "bogus"},
 		{"events", "--limit", "-1"},
+		{"confirm", "approve"},
+		{"confirm", "deny", "a", "b"},
+		{"confirm", "bogus"},
+		{"jobs", "-n", "-1"},
+		{"jobs", "list", "-n", "x"},
+		{"jobs", "undo"},
+		{"policy", "show", "extra"},
+		{"policy", "reload", "--source", "x"},
 		{"manifest", "sign", "m.json"},
 		{"manifest", "verify", "m.json"},
 	}
@@ -707,7 +715,7 @@ func TestHelp(t *testing.T) {
 	if err := cli.Run(context.Background(), []string{"--help"}, nil, &out, &out); err != nil {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, c := range []string{"caps", "invoke", "elements", "surface", "context", "events", "revoke", "apps", "health", "audit", "manifest", "version"} {
+	for _, c := range []string{"caps", "invoke", "elements", "surface", "context", "events", "revoke", "apps", "confirm", "jobs", "policy", "health", "audit", "manifest", "version"} {
 		if !strings.Contains(out.String(), "\n  "+c+" ") {
 			t.Errorf("help lacks command %s:\n%s", c, out.String())
 		}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +21,7 @@ func (e *env) invokeCommand() *cobra.Command {
 	var (
 		appID  string
 		params string
+		wait   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "invoke CAPABILITY_ID [key=value ...] [--params JSON] [--app ID]",
@@ -33,7 +36,13 @@ Parameters come from --params (a JSON object; @FILE reads it from a file,
   key:=json    the value must be JSON
   key=@file    the contents of file, as a string
 
-The app id defaults to the capability id without its last dot-separated part.`,
+The app id defaults to the capability id without its last dot-separated part.
+
+A capability whose trust level is confirm answers CONFIRMATION_REQUIRED.
+With --wait, pcpctl keeps its connection (a confirmation belongs to the
+connection that asked), says which confirmation the user must decide,
+and invokes again once the user has: pcpctl confirm approve ID in
+another terminal.`,
 		Example: `  pcpctl invoke pcp.inspection.health
   pcpctl invoke pcp.inspection.recent_events limit=5
   pcpctl invoke org.example.mail.compose recipient=a@example.com subject="Hello" body=@note.txt`,
@@ -41,6 +50,7 @@ The app id defaults to the capability id without its last dot-separated part.`,
 	}
 	cmd.Flags().StringVar(&appID, "app", "", "target app (default: the capability id without its last part)")
 	cmd.Flags().StringVar(&params, "params", "", "parameters as a JSON object, @FILE, or - for standard input")
+	cmd.Flags().BoolVar(&wait, "wait", false, "on CONFIRMATION_REQUIRED, wait for the user's decision and invoke again")
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		capID := args[0]
 		if appID == "" {
@@ -54,11 +64,15 @@ The app id defaults to the capability id without its last dot-separated part.`,
 		if err != nil {
 			return err
 		}
-		res, err := once(ctx, e, false, api.MethodInvokeCapability, func(ctx context.Context, cl *client.Client) (*api.CapabilityResult, error) {
-			return cl.InvokeCapability(ctx, &api.InvokeCapabilityParams{
-				CapabilityID: capID, AppID: appID, Source: api.SourceSystemIntelligence, Params: raw,
+		p := &api.InvokeCapabilityParams{CapabilityID: capID, AppID: appID, Source: api.SourceSystemIntelligence, Params: raw}
+		var res *api.CapabilityResult
+		if wait {
+			res, err = e.invokeWaiting(ctx, p)
+		} else {
+			res, err = once(ctx, e, false, api.MethodInvokeCapability, func(ctx context.Context, cl *client.Client) (*api.CapabilityResult, error) {
+				return cl.InvokeCapability(ctx, p)
 			})
-		})
+		}
 		if err != nil {
 			return err
 		}
@@ -213,4 +227,39 @@ func readLimited(r io.Reader, name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", name, maxInput)
 	}
 	return b, nil
+}
+
+// invokeWaiting invokes p and, while the answer is CONFIRMATION_REQUIRED,
+// tells the user what to decide and invokes again on the same connection
+// with the confirmation id, waiting for the decision.
+func (e *env) invokeWaiting(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
+	cl, err := e.connect(ctx, false, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for announced := ""; ; {
+		res, err := call(ctx, e, api.MethodInvokeCapability, func(ctx context.Context) (*api.CapabilityResult, error) {
+			return cl.InvokeCapability(ctx, p)
+		})
+		var pe *api.Error
+		if !errors.As(err, &pe) || pe.Code != api.CodeConfirmationRequired {
+			return res, err
+		}
+		d := pe.DataMap()
+		id, _ := d["confirmation_id"].(string)
+		if id == "" || (announced != "" && id != announced) {
+			return nil, err // not the confirmation we were waiting for
+		}
+		if announced == "" {
+			fmt.Fprintf(e.stderr, "waiting for the user to decide %s: %s\n  pcpctl confirm approve %s    (or deny; expires %v)\n",
+				clean(id), clean(fmt.Sprint(d["description"])), clean(id), d["expires_at"])
+			announced = id
+		}
+		p.ConfirmationID = id
+		p.WaitMS = 30000
+		if e.timeout > 0 && e.timeout < 35*time.Second {
+			p.WaitMS = max(e.timeout.Milliseconds()-5000, 1000)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/store"
 )
 
@@ -60,4 +61,55 @@ func BenchmarkInvokeInProcess(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkSafetyChecks measures what the safety checks (rate limits on
+// both scopes, a policy with app, capability and source rules) add to an
+// auto invocation, against the same broker with limits off and no policy
+// file, in the same run.
+func BenchmarkSafetyChecks(b *testing.B) {
+	pol, err := policy.Parse("policy.toml", []byte(`
+[defaults]
+rate_per_app = 1e9
+rate_per_connection = 1e9
+[apps."pcp.bench"]
+timeout = "20s"
+[apps."pcp.bench".capabilities.ping]
+trust_level = "auto"
+[sources.SystemIntelligence]
+trust_level = "auto"
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		limits *RateLimits
+		pol    *policy.Policy
+	}{
+		{"bare", &RateLimits{}, nil},
+		{"checks", &RateLimits{PerApp: 1e9, PerAppBurst: 1e9, PerConnection: 1e9, PerConnectionBurst: 1e9}, pol},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			st, err := store.Open(context.Background(), filepath.Join(b.TempDir(), "pcp.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			br, err := New(context.Background(), Config{Store: st, RateLimits: tc.limits, Policy: tc.pol})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer br.Close()
+			br.AddService(pingService{})
+			ctx := WithSession(context.Background(), br.OpenSession(SessionInfo{Transport: "unix"}, nil))
+			p := &api.InvokeCapabilityParams{CapabilityID: "pcp.bench.ping", AppID: "pcp.bench", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"payload":1}`)}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := br.InvokeCapability(ctx, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

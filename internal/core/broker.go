@@ -9,8 +9,12 @@
 // Concurrency: Broker's methods are safe for concurrent use. b.mu guards
 // the registry (apps, caps, revoked, adapters, sessions, subs). b.evMu
 // serialises event publication so sequence numbers reach every subscriber
-// in order; lock order is b.mu before b.evMu. Calls to providers, adapters
-// and peers are never made while holding either lock.
+// in order. b.confMu guards confirmations, b.jobMu queued jobs, a
+// Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
+// and Session.mu; b.jobMu and the limiters' lock are leaves. Providers,
+// adapters, peers and store calls that wait for a commit are never called
+// while holding any of them (Store.AppendEvent, which only queues, is
+// called under b.evMu so the journal keeps sequence order).
 package core
 
 import (
@@ -28,6 +32,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
 	"github.com/pcp-dev/pcp/internal/manifest"
+	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/store"
 )
 
@@ -88,6 +93,9 @@ type Config struct {
 	// ConfirmationTTL is how long a confirmation waits for the user and
 	// an approval for its use; 0 means DefaultConfirmationTTL.
 	ConfirmationTTL time.Duration
+	// Policy is the user's policy in force at start; nil means the
+	// built-in defaults. ReloadPolicy rereads its file.
+	Policy *policy.Policy
 	// AfterFunc runs f after d and returns a function that cancels it;
 	// nil means time.AfterFunc. Tests pass a controllable clock's.
 	AfterFunc func(d time.Duration, f func()) (stop func() bool)
@@ -116,6 +124,11 @@ type Broker struct {
 	nextID atomic.Int64
 
 	limits *limiters
+	// baseLimits are the limits before the policy file: Config.RateLimits
+	// or the defaults.
+	baseLimits RateLimits
+	// pol is the policy in force; swapped whole on reload.
+	pol atomic.Pointer[policy.Policy]
 
 	// confMu guards confs and the confirmations in it.
 	confMu sync.Mutex
@@ -162,7 +175,12 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.RateLimits != nil {
 		rl = *cfg.RateLimits
 	}
+	b.baseLimits = rl
 	b.limits = newLimiters(rl)
+	if cfg.Policy == nil {
+		cfg.Policy = policy.Default()
+	}
+	b.setPolicy(cfg.Policy)
 	b.started = b.now()
 	b.session = cfg.SessionID
 	if b.session == "" {

@@ -155,12 +155,7 @@ func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilit
 	return confirmationRequired(cf.info)
 }
 
-func (b *Broker) confirmationTTL() time.Duration {
-	if b.cfg.ConfirmationTTL > 0 {
-		return b.cfg.ConfirmationTTL
-	}
-	return DefaultConfirmationTTL
-}
+func (b *Broker) confirmationTTL() time.Duration { return b.confirmationExpiry() }
 
 // expire marks a confirmation expired when its time has come.
 func (b *Broker) expire(id string) {

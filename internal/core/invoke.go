@@ -95,6 +95,10 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*ap
 		c, provider, builtin = ce.Capability, ce.app.provider, ce.app.builtin
 	}
 	b.mu.RUnlock()
+	if ce != nil {
+		// The user's policy decides the trust level and timeout.
+		c = b.effective(c, p.Source)
+	}
 
 	switch {
 	case revoked:

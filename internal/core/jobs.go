@@ -86,6 +86,9 @@ func (b *Broker) runJob(id string) {
 	}
 	_, revoked := b.revoked[rec.AppID]
 	b.mu.RUnlock()
+	if ce != nil {
+		c = b.effective(c, api.InvocationSource(rec.Source))
+	}
 	var (
 		res *api.CapabilityResult
 		err error

@@ -87,13 +87,22 @@ func take(l *rate.Limiter, now time.Time, data map[string]any) error {
 	return api.Errorf(api.CodeRateLimited, data, "too many invocations (%s); retry after %d ms", data["scope"], retry)
 }
 
+// reset puts new limits in force with fresh buckets.
+func (ls *limiters) reset(cfg RateLimits) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.cfg = cfg
+	clear(ls.perApp)
+}
+
 // app checks the per-app limit of source invoking appID.
 func (ls *limiters) app(source api.InvocationSource, appID string, now time.Time) error {
-	if ls.cfg.PerApp <= 0 {
-		return nil
-	}
 	k := appKey{string(source), appID}
 	ls.mu.Lock()
+	if ls.cfg.PerApp <= 0 {
+		ls.mu.Unlock()
+		return nil
+	}
 	l := ls.perApp[k]
 	if l == nil {
 		l = newLimiter(ls.cfg.PerApp, ls.cfg.PerAppBurst)
@@ -105,10 +114,20 @@ func (ls *limiters) app(source api.InvocationSource, appID string, now time.Time
 
 // connection checks the calling session's own limit.
 func (ls *limiters) connection(s *Session, now time.Time) error {
-	if s == nil || s.limiter == nil {
+	if s == nil {
 		return nil
 	}
-	return take(s.limiter, now, map[string]any{"scope": "connection"})
+	s.mu.Lock()
+	l := s.limiter
+	s.mu.Unlock()
+	return take(l, now, map[string]any{"scope": "connection"})
+}
+
+// connectionLimiter makes a new connection's limiter.
+func (ls *limiters) connectionLimiter() *rate.Limiter {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return newLimiter(ls.cfg.PerConnection, ls.cfg.PerConnectionBurst)
 }
 
 // forget drops an app's limiters when it is revoked.

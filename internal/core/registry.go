@@ -232,6 +232,8 @@ func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilities
 		}
 		cc := c.Capability
 		cc.Available = c.app.provider != nil
+		// The trust level the agent will meet, after the user's policy.
+		cc.TrustLevel = b.effective(cc, api.SourceSystemIntelligence).TrustLevel
 		out = append(out, cc)
 	}
 	b.mu.RUnlock()

@@ -63,6 +63,7 @@ type Session struct {
 	b    *Broker
 	peer Peer
 	// limiter bounds the session's invocations; nil when unlimited.
+	// Guarded by mu (a policy reload replaces it).
 	limiter *rate.Limiter
 	// unresponsive is set while the peer fails liveness checks.
 	unresponsive atomic.Bool
@@ -109,7 +110,7 @@ func (s *Session) MarkAuthenticated() {
 // OpenSession registers a connection. Close it when the connection ends.
 func (b *Broker) OpenSession(info SessionInfo, peer Peer) *Session {
 	s := &Session{ID: b.newID("sess"), Info: info, b: b, peer: peer, apps: map[string]bool{}, adapters: map[string]bool{},
-		limiter: newLimiter(b.limits.cfg.PerConnection, b.limits.cfg.PerConnectionBurst), done: make(chan struct{})}
+		limiter: b.limits.connectionLimiter(), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
 		s.closed = true

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
+	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
 )
@@ -43,6 +44,13 @@ type Config struct {
 	AllowUnsigned bool
 	// RateLimits bound invocations; nil means core.DefaultRateLimits.
 	RateLimits *core.RateLimits
+	// PolicyFile is the user's policy (default
+	// $XDG_CONFIG_HOME/pcp/policy.toml); a missing file means the
+	// built-in defaults, a file that does not load stops the start.
+	PolicyFile string
+	// Reload, when it delivers, rereads the policy file (pcpd sends on
+	// SIGHUP).
+	Reload <-chan struct{}
 	// LivenessInterval and LivenessTimeout: see core.Config.
 	LivenessInterval, LivenessTimeout time.Duration
 	// MaxLine bounds one JSON-RPC line.
@@ -79,6 +87,9 @@ func (c *Config) Defaults() error {
 	if c.TrustDir == "" {
 		c.TrustDir = filepath.Join(config, "pcp", "trusted-keys")
 	}
+	if c.PolicyFile == "" {
+		c.PolicyFile = filepath.Join(config, "pcp", "policy.toml")
+	}
 	if c.TCPAddr != "" && c.TokenFile == "" {
 		c.TokenFile = filepath.Join(filepath.Dir(c.Socket), "tcp.token")
 	}
@@ -103,7 +114,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("opening store: %w", err)
 	}
 	defer st.Close()
-	b, err := core.New(ctx, core.Config{Store: st, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
+	pol, err := policy.Load(cfg.PolicyFile)
+	if err != nil {
+		return err
+	}
+	if pol.Loaded() {
+		log.Info("policy loaded", "path", cfg.PolicyFile)
+	}
+	b, err := core.New(ctx, core.Config{Store: st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -169,6 +187,27 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("pcpd ready", "socket", cfg.Socket, "control", cfg.ControlSocket, "state", cfg.StateDir, "trust", cfg.TrustDir, "tcp", cfg.TCPAddr)
 	if cfg.Ready != nil {
 		cfg.Ready()
+	}
+
+	if cfg.Reload != nil {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-cfg.Reload:
+				}
+				// The signal acts as the user: only they can send it.
+				s := b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, nil)
+				_, err := b.ReloadPolicy(core.WithSession(ctx, s))
+				s.Close()
+				if err != nil {
+					log.Error("policy reload failed; the policy in force is unchanged", "err", err)
+				} else {
+					log.Info("policy reloaded", "path", cfg.PolicyFile)
+				}
+			}
+		}()
 	}
 
 	<-ctx.Done()

@@ -812,3 +812,29 @@ func TestHungApp(t *testing.T) {
 		t.Errorf("liveness audit entries = %v, want unresponsive ... responsive", states)
 	}
 }
+
+// TestPolicySIGHUP: the user's policy file decides trust levels, and a
+// real SIGHUP to pcpd rereads it.
+func TestPolicySIGHUP(t *testing.T) {
+	w := newWorld(t)
+	path := filepath.Join(w.config, "pcp", "policy.toml")
+	if err := os.WriteFile(path, []byte("[apps.\"org.pcp.notes\".capabilities.create]\ntrust_level = \"deny\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.startPCPD()
+	w.startNotes()
+	r := w.pcpctl("invoke", notesApp+".create", "title=x", "body=y")
+	if r.code == 0 || !strings.Contains(r.stderr, "PERMISSION_DENIED") {
+		t.Fatalf("create denied by policy: %s", r)
+	}
+	if err := os.WriteFile(path, []byte("# create allowed again\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.pcpd.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	w.poll("the reloaded policy to allow create", 10*time.Second, func() (bool, string) {
+		r := w.pcpctl("invoke", notesApp+".create", "title=x", "body=y")
+		return r.code == 0, r.String()
+	})
+}

@@ -70,6 +70,8 @@ var methods = []method{
 	{name: api.MethodInvokeCapability, call: typed((*core.Broker).InvokeCapability)},
 	{name: api.MethodJobsList, call: typed((*core.Broker).Jobs)},
 	{name: api.MethodJobsUndo, userOnly: true, call: typed((*core.Broker).UndoJob)},
+	{name: api.MethodPolicyReload, userOnly: true, call: noParams((*core.Broker).ReloadPolicy)},
+	{name: api.MethodPolicyShow, call: typed((*core.Broker).PolicyShow)},
 	{name: api.MethodQueryCapabilities, call: typed((*core.Broker).QueryCapabilities)},
 	{name: api.MethodQueryElements, call: typed((*core.Broker).QueryElements)},
 	{name: api.MethodQuerySessionContext, call: noParams((*core.Broker).SessionContext)},
