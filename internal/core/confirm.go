@@ -114,6 +114,9 @@ func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilit
 	if sess == nil {
 		return api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID}, "%s needs the user's confirmation, which needs a connection", c.ID)
 	}
+	// Forget what expired or was decided long ago, so the table stays
+	// bounded even if nobody lists it.
+	b.sweepConfirmations()
 	now := b.now()
 	ttl := b.confirmationTTL()
 	cf := &confirmation{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -305,5 +306,23 @@ func TestQueuedJobsAreCancelledByARestart(t *testing.T) {
 	}
 	if !found {
 		t.Error("no audit entry for the cancelled job")
+	}
+}
+
+// Expired confirmations are forgotten even when nobody lists them.
+func TestConfirmationTableStaysBounded(t *testing.T) {
+	w := newMailWorld(t, "")
+	for i := range 200 {
+		_, err := w.send(w.agent, fmt.Sprintf("%d@example.com", i), "")
+		required(t, err)
+		if i%20 == 19 {
+			w.clk.advance(3 * time.Minute) // past expiry and the grace after it
+		}
+	}
+	w.b.confMu.Lock()
+	n := len(w.b.confs)
+	w.b.confMu.Unlock()
+	if n > 40 {
+		t.Errorf("%d confirmations kept for 200 requests, want at most 40", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,17 +362,18 @@ func TestLiveness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	var hung sync.Mutex // held while the app "hangs"
+	// While the app "hangs", gate holds a channel that health checks wait on.
+	var gate atomic.Pointer[chan struct{}]
 	app := &recPeer{call: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 		if method == api.MethodHealthCheck {
-			done := make(chan struct{})
-			go func() { hung.Lock(); hung.Unlock(); close(done) }()
-			select {
-			case <-done:
-				return json.RawMessage(`{"status":"ok"}`), nil
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if g := gate.Load(); g != nil {
+				select {
+				case <-*g:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
+			return json.RawMessage(`{"status":"ok"}`), nil
 		}
 		return json.RawMessage(`{"status":"success"}`), nil
 	}}
@@ -392,7 +394,8 @@ func TestLiveness(t *testing.T) {
 	if err := call(); err != nil {
 		t.Fatal(err)
 	}
-	hung.Lock()
+	hang := make(chan struct{})
+	gate.Store(&hang)
 	waitFor(t, func() bool { return errors.Is(call(), api.ErrAppUnresponsive) })
 	apps, _ := b.Apps(context.Background())
 	for _, a := range apps.Apps {
@@ -400,10 +403,30 @@ func TestLiveness(t *testing.T) {
 			t.Errorf("state = %s, want unresponsive", a.State)
 		}
 	}
-	hung.Unlock()
+	gate.Store(nil)
+	close(hang)
 	waitFor(t, func() bool { return call() == nil })
 	waitFor(t, func() bool { return len(watcher.methods()) >= 2 })
 	if m := watcher.methods(); m[0] != api.EventAppUnresponsive || m[1] != api.EventAppResponsive {
 		t.Errorf("events = %v, want unresponsive then responsive", m)
+	}
+}
+
+func TestSubscriptionsPerConnectionBounded(t *testing.T) {
+	b, st := newBroker(t, "", "")
+	defer st.Close()
+	defer b.Close()
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	for i := range maxSubscriptionsPerSession {
+		if _, err := b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
+			t.Fatalf("subscription %d: %v", i, err)
+		}
+	}
+	if _, err := b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); !errors.Is(err, api.ErrRateLimited) {
+		t.Errorf("one too many: got %v, want RATE_LIMITED", err)
+	}
+	other := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	if _, err := b.Subscribe(other, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
+		t.Errorf("another connection: %v", err)
 	}
 }

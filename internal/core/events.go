@@ -128,6 +128,10 @@ func (s *subscription) params(p *published) []byte {
 	return append(buf, p.tail...)
 }
 
+// maxSubscriptionsPerSession bounds one connection's subscriptions (each
+// has a queue and a goroutine).
+const maxSubscriptionsPerSession = 64
+
 // Subscribe starts delivering events of the given types, optionally
 // scoped to an app or a surface, to the calling session.
 func (b *Broker) Subscribe(ctx context.Context, p *api.SubscribeEventsParams) (*api.SubscribeEventsResult, error) {
@@ -170,6 +174,17 @@ func (b *Broker) Subscribe(ctx context.Context, p *api.SubscribeEventsParams) (*
 	if closed {
 		b.mu.Unlock()
 		return nil, api.Errorf(api.CodeInvalidRequest, nil, "connection closed")
+	}
+	n := 0
+	for _, s := range b.subs {
+		if s.sess == sess {
+			n++
+		}
+	}
+	if n >= maxSubscriptionsPerSession {
+		b.mu.Unlock()
+		return nil, api.Errorf(api.CodeRateLimited, map[string]any{"scope": "subscriptions", "limit": maxSubscriptionsPerSession},
+			"a connection may hold %d subscriptions; unsubscribe one first", maxSubscriptionsPerSession)
 	}
 	b.subs[sub.id] = sub
 	b.mu.Unlock()
