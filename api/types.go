@@ -193,6 +193,10 @@ type InvokeCapabilityParams struct {
 	// WaitMS, with ConfirmationID, waits up to this long (at most
 	// MaxConfirmationWaitMS) for the user to decide a pending one.
 	WaitMS int64 `json:"wait_ms,omitempty"`
+	// Admin is spec 001's admin flag: the user invoking for themselves,
+	// so a confirm capability runs without asking them again. Only the
+	// user's connections may set it; from an agent it is refused.
+	Admin bool `json:"admin,omitempty"`
 }
 
 // MaxConfirmationWaitMS bounds InvokeCapabilityParams.WaitMS.

@@ -31,6 +31,10 @@ func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityPa
 	if len(p.Params) > 0 && string(p.Params) != "null" && firstByte(p.Params) != '{' {
 		return nil, api.InvalidParam("params", "must be an object")
 	}
+	if p.Admin && roleOf(ctx) != RoleUser {
+		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"field": "admin", "required_role": "user"},
+			"admin: only the user may invoke as admin; use the control socket")
+	}
 	start := b.now()
 	res, c, err := b.invoke(ctx, p)
 	suppressed := 0
@@ -49,8 +53,12 @@ func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityPa
 			return nil, err
 		}
 	}
+	kind := "invoke"
+	if p.Admin {
+		kind = "invoke_admin"
+	}
 	rec := audit.Record{
-		Time: start, Kind: "invoke", Source: string(p.Source), Actor: SessionFrom(ctx).Actor(),
+		Time: start, Kind: kind, Source: string(p.Source), Actor: SessionFrom(ctx).Actor(),
 		AppID: p.AppID, CapabilityID: p.CapabilityID, ParamsDigest: audit.ParamsDigest(p.Params),
 		Duration: b.now().Sub(start),
 	}
@@ -132,6 +140,10 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*ap
 	case api.TrustDeny:
 		return nil, &c, api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID, "trust_level": c.TrustLevel}, "capability %s is denied by its trust level", c.ID)
 	case api.TrustConfirm:
+		if p.Admin {
+			// The user asked for it themselves: there is nobody else to ask.
+			break
+		}
 		if err := b.confirmGate(ctx, p, &c); err != nil {
 			return nil, &c, err
 		}

@@ -374,3 +374,21 @@ func (b *Broker) AllowApp(ctx context.Context, p *api.AppsAllowParams) (*api.App
 	}
 	return &api.AppsAllowResult{Allowed: true, WasRevoked: was}, nil
 }
+
+// LookupCapability returns a registered capability by id, with its
+// effective trust level for the agent.
+func (b *Broker) LookupCapability(id string) (api.Capability, bool) {
+	b.mu.RLock()
+	ce := b.caps[id]
+	var c api.Capability
+	if ce != nil {
+		c = ce.Capability
+		c.Available = ce.app.provider != nil
+	}
+	b.mu.RUnlock()
+	if ce == nil {
+		return c, false
+	}
+	c.TrustLevel = b.effective(c, api.SourceSystemIntelligence).TrustLevel
+	return c, true
+}

@@ -4,6 +4,7 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
+	"github.com/pcp-dev/pcp/internal/face/stream"
 	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
@@ -171,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 		listeners = append(listeners, tcpL)
 	}
 
-	srv := &server{face: face, log: log, self: os.Getuid(), conns: map[net.Conn]struct{}{}}
+	srv := &server{face: face, stream: stream.NewServer(b, stream.Options{Logger: log}), log: log, self: os.Getuid(), conns: map[net.Conn]struct{}{}}
 	var wg sync.WaitGroup
 	serve := func(l net.Listener, role core.Role) {
 		defer wg.Done()
@@ -222,9 +224,10 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 type server struct {
-	face *rpc.Server
-	log  *slog.Logger
-	self int
+	face   *rpc.Server
+	stream *stream.Server
+	log    *slog.Logger
+	self   int
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -264,11 +267,31 @@ func (s *server) acceptLoop(l net.Listener, role core.Role) {
 		}
 		go func() {
 			defer s.untrack(c)
-			if err := s.face.ServeConn(c, info); err != nil {
+			if err := s.serve(c, info); err != nil {
 				s.log.Debug("connection ended", "err", err)
 			}
 		}()
 	}
+}
+
+// serve hands a connection to its face. On the Unix sockets the first
+// byte chooses between JSON-RPC and the framed stream (see isFramed);
+// TCP speaks JSON-RPC only.
+func (s *server) serve(c net.Conn, info core.SessionInfo) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return s.face.ServeConn(c, info)
+	}
+	pc := &peekedConn{UnixConn: uc, r: bufio.NewReaderSize(uc, 4096)}
+	first, err := pc.r.Peek(1)
+	if err != nil {
+		c.Close()
+		return nil // closed before saying anything
+	}
+	if isFramed(first[0]) {
+		return s.stream.ServeConn(pc, info)
+	}
+	return s.face.ServeConn(pc, info)
 }
 
 func (s *server) track(c net.Conn) bool {

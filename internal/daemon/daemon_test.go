@@ -19,6 +19,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/internal/frame"
 )
 
 // A child process of this test binary, run as another user, dials the
@@ -246,5 +247,40 @@ func TestManyConcurrentClients(t *testing.T) {
 	v, err := c.AuditVerify(ctx)
 	if err != nil || !v.OK || v.Entries != 16*32 {
 		t.Errorf("audit: %+v, %v; want %d entries", v, err, 16*32)
+	}
+}
+
+// Both faces share the agent socket: the first byte decides.
+func TestFramedAndJSONRPCOnOneSocket(t *testing.T) {
+	r := start(t, Config{})
+	c, err := net.Dial("unix", r.cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := frame.Write(c, frame.Frame{Type: frame.Ping}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := frame.NewReader(c, 1<<20).Next()
+	if err != nil || f.Type != frame.Pong || !strings.Contains(string(f.Payload), `"capability_count":6`) {
+		t.Fatalf("framed ping: %v %s, %v", f.Type, f.Payload, err)
+	}
+	for _, first := range []string{"{", " {", "\n{", "\t{", "["} {
+		j, err := net.Dial("unix", r.cfg.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.SetDeadline(time.Now().Add(5 * time.Second))
+		req := first[:len(first)-1] + `{"jsonrpc":"2.0","id":1,"method":"health.check"}`
+		if first == "[" {
+			req = `[{"jsonrpc":"2.0","id":1,"method":"health.check"}]`
+		}
+		fmt.Fprintln(j, req)
+		line, err := bufio.NewReader(j).ReadString('\n')
+		j.Close()
+		if err != nil || !strings.Contains(line, `"status":"ok"`) {
+			t.Errorf("JSON-RPC starting with %q: %q, %v", first, line, err)
+		}
 	}
 }

@@ -1,0 +1,297 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/tools/txtar"
+
+	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/face/rpc"
+	"github.com/pcp-dev/pcp/internal/frame"
+	"github.com/pcp-dev/pcp/internal/services/inspection"
+	"github.com/pcp-dev/pcp/internal/store"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
+
+// A golden transcript here is a txtar file whose "transcript" section
+// holds lines addressed to named connections:
+//
+//	NAME> TYPE JSON       send a frame of TYPE with JSON as its payload
+//	NAME> hex: 08 00 ...  send these exact bytes
+//	NAME< TYPE JSON       the next frame NAME receives is exactly this one
+//	rpc:NAME> JSON        send a JSON-RPC line on a JSON-RPC connection
+//	rpc:NAME< JSON        the next line it receives
+//
+// A frame line stands for its exact bytes: the tag, the four-byte
+// big-endian length and the payload as written. Names starting with
+// "user" are the user's control socket. The broker runs on a fixed clock
+// with deterministic ids.
+func TestGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txtar")
+	if len(files) == 0 {
+		t.Fatal("no golden transcripts")
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) { runGolden(t, f) })
+	}
+}
+
+type env struct {
+	t      *testing.T
+	stream *Server
+	rpc    *rpc.Server
+	conns  map[string]net.Conn
+	wg     sync.WaitGroup
+}
+
+func newEnv(t *testing.T) *env {
+	st, err := store.OpenMemory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var mu sync.Mutex
+	ids := map[string]int{}
+	b, err := core.New(context.Background(), core.Config{
+		Store: st, TrustDir: t.TempDir(), AllowUnsigned: true, SessionID: "session-1",
+		Now:        func() time.Time { return time.Unix(1699876543, 0).UTC() },
+		RateLimits: &core.RateLimits{}, LivenessInterval: -1,
+		NewID: func(prefix string) string {
+			mu.Lock()
+			defer mu.Unlock()
+			ids[prefix]++
+			return fmt.Sprintf("%s-%d", prefix, ids[prefix])
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.AddService(inspection.New(b)); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), conns: map[string]net.Conn{}}
+}
+
+func (e *env) conn(name string) net.Conn {
+	if c, ok := e.conns[name]; ok {
+		return c
+	}
+	client, server := pairConns(e.t)
+	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
+	bare := strings.TrimPrefix(name, "rpc:")
+	if strings.HasPrefix(bare, "user") {
+		info.Role = core.RoleUser
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		if strings.HasPrefix(name, "rpc:") {
+			e.rpc.ServeConn(server, info)
+		} else {
+			e.stream.ServeConn(server, info)
+		}
+	}()
+	e.conns[name] = client
+	return client
+}
+
+func runGolden(t *testing.T, file string) {
+	ar, err := txtar.ParseFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	defer func() {
+		for _, c := range e.conns {
+			c.Close()
+		}
+		e.wg.Wait()
+	}()
+	var transcript []byte
+	for _, f := range ar.Files {
+		if f.Name == "transcript" {
+			transcript = f.Data
+		}
+	}
+	var out bytes.Buffer
+	readers := map[string]*frame.Reader{}
+	lineReaders := map[string]*lineReader{}
+	lines := strings.Split(strings.TrimSuffix(string(transcript), "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		name, op, rest, ok := parse(line)
+		if !ok {
+			out.WriteString(line + "\n")
+			continue
+		}
+		c := e.conn(name)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		isRPC := strings.HasPrefix(name, "rpc:")
+		switch {
+		case op == '>' && isRPC:
+			io.WriteString(c, rest+"\n")
+		case op == '>':
+			var b []byte
+			if h, ok := strings.CutPrefix(rest, "hex: "); ok {
+				if b, err = hex.DecodeString(strings.ReplaceAll(h, " ", "")); err != nil {
+					t.Fatalf("%s:%d: %v", file, i+1, err)
+				}
+			} else {
+				f, err := parseFrame(rest)
+				if err != nil {
+					t.Fatalf("%s:%d: %v", file, i+1, err)
+				}
+				b = frame.Append(nil, f)
+			}
+			if _, err := c.Write(b); err != nil {
+				t.Fatalf("%s:%d: write: %v", file, i+1, err)
+			}
+		case op == '<' && isRPC:
+			lr := lineReaders[name]
+			if lr == nil {
+				lr = &lineReader{r: c}
+				lineReaders[name] = lr
+			}
+			got, err := lr.next()
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, i+1, err)
+			}
+			if got != rest && !*update {
+				t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, got, rest)
+			}
+			line = name + "< " + got
+		case op == '<':
+			r := readers[name]
+			if r == nil {
+				r = frame.NewReader(c, 1<<20)
+				readers[name] = r
+			}
+			// Consecutive frames one connection receives form a block in
+			// no fixed order: a reply and the events it caused race.
+			want := []string{rest}
+			for i+1 < len(lines) {
+				n2, op2, rest2, ok2 := parse(lines[i+1])
+				if !ok2 || n2 != name || op2 != '<' {
+					break
+				}
+				want = append(want, rest2)
+				i++
+			}
+			var got, gotBytes, wantBytes []string
+			for range want {
+				f, err := r.Next()
+				if err != nil {
+					t.Fatalf("%s:%d: %s: reading a frame: %v (want %s)", file, i+1, name, err, rest)
+				}
+				got = append(got, f.Type.String()+" "+string(f.Payload))
+				gotBytes = append(gotBytes, string(frame.Append(nil, f)))
+			}
+			for _, w := range want {
+				f, err := parseFrame(w)
+				if err != nil && !*update {
+					t.Fatalf("%s:%d: %v", file, i+1, err)
+				}
+				wantBytes = append(wantBytes, string(frame.Append(nil, f)))
+			}
+			slices.Sort(gotBytes)
+			slices.Sort(wantBytes)
+			if !slices.Equal(gotBytes, wantBytes) {
+				if !*update {
+					t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+				}
+				want = got
+			}
+			for _, w := range want {
+				out.WriteString(name + "< " + w + "\n")
+			}
+			continue
+		}
+		out.WriteString(line + "\n")
+	}
+	if *update {
+		for i := range ar.Files {
+			if ar.Files[i].Name == "transcript" {
+				ar.Files[i].Data = out.Bytes()
+			}
+		}
+		if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func parse(line string) (name string, op byte, rest string, ok bool) {
+	if line == "" || line[0] == '#' {
+		return "", 0, "", false
+	}
+	i := strings.IndexAny(line, "<>")
+	if i <= 0 || i+1 >= len(line) || line[i+1] != ' ' {
+		return "", 0, "", false
+	}
+	return line[:i], line[i], line[i+2:], true
+}
+
+// parseFrame reads "TYPE JSON" (or "TYPE" for an empty payload).
+func parseFrame(s string) (frame.Frame, error) {
+	name, payload, _ := strings.Cut(s, " ")
+	t, ok := frame.ParseType(name)
+	if !ok {
+		return frame.Frame{}, fmt.Errorf("unknown frame type %q", name)
+	}
+	return frame.Frame{Type: t, Payload: []byte(payload)}, nil
+}
+
+type lineReader struct {
+	r   io.Reader
+	buf []byte
+}
+
+func (l *lineReader) next() (string, error) {
+	for {
+		if i := bytes.IndexByte(l.buf, '\n'); i >= 0 {
+			line := string(l.buf[:i])
+			l.buf = l.buf[i+1:]
+			return line, nil
+		}
+		var b [4096]byte
+		n, err := l.r.Read(b[:])
+		if err != nil {
+			return "", err
+		}
+		l.buf = append(l.buf, b[:n]...)
+	}
+}
+
+// pairConns returns two connected Unix stream sockets.
+func pairConns(t *testing.T) (net.Conn, net.Conn) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(fd int) net.Conn {
+		f := os.NewFile(uintptr(fd), "sock")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	return mk(fds[0]), mk(fds[1])
+}

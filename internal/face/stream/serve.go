@@ -1,0 +1,254 @@
+// Package stream is the framed face of spec 001 on the client socket: a
+// u8 type tag and a u32 big-endian length before each JSON payload (see
+// internal/frame and docs/framed.md). It accepts exactly the six client
+// requests the spec lists, answers each with its reply frame or an
+// ErrorResponse, and pushes events as PushEvent frames. Like every face,
+// it decodes, calls one core method and encodes.
+//
+// Requests on one connection are served one at a time, in order, and
+// each gets exactly one reply frame, so replies correlate with requests
+// by their order; PushEvent frames may come between them. A client that
+// wants requests served concurrently opens more connections.
+package stream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/frame"
+)
+
+// Options configure the face.
+type Options struct {
+	// MaxPayload bounds one frame's payload; 0 means frame.DefaultMaxPayload.
+	MaxPayload int
+	Logger     *slog.Logger
+}
+
+// Server serves the framed face of one broker.
+type Server struct {
+	b    *core.Broker
+	opts Options
+}
+
+// NewServer returns the framed face for b.
+func NewServer(b *core.Broker, opts Options) *Server {
+	if opts.MaxPayload <= 0 {
+		opts.MaxPayload = frame.DefaultMaxPayload
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{b: b, opts: opts}
+}
+
+// conn is one framed connection; it is the session's core.Peer.
+// wmu serialises frame writes (replies and pushes).
+type conn struct {
+	rwc       io.ReadWriteCloser
+	wmu       sync.Mutex
+	closeOnce sync.Once
+}
+
+func (c *conn) write(t frame.Type, payload []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if d, ok := c.rwc.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		d.SetWriteDeadline(time.Now().Add(time.Minute))
+	}
+	return frame.Write(c.rwc, frame.Frame{Type: t, Payload: payload})
+}
+
+// Call implements core.Peer: the client socket serves no app or adapter
+// (Tier 1 apps have their own sockets), so the daemon never calls it.
+func (c *conn) Call(ctx context.Context, method string, params, result any) error {
+	return api.Errorf(api.CodeMethodNotFound, map[string]any{"method": method}, "a framed client connection serves no methods")
+}
+
+// Notify implements core.Peer: an event becomes a PushEvent frame.
+func (c *conn) Notify(method string, params any) error {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return err
+	}
+	var p pushEvent
+	p.Event.Type = method
+	json.Unmarshal(members["subscription_id"], &p.SubscriptionID)
+	json.Unmarshal(members["sequence"], &p.Sequence)
+	json.Unmarshal(members["timestamp"], &p.Event.Timestamp)
+	delete(members, "subscription_id")
+	delete(members, "sequence")
+	delete(members, "timestamp")
+	if p.Event.Data, err = marshal(members); err != nil {
+		return err
+	}
+	b, err := marshal(p)
+	if err != nil {
+		return err
+	}
+	return c.write(frame.PushEvent, b)
+}
+
+// Close implements core.Peer.
+func (c *conn) Close() error {
+	var err error
+	c.closeOnce.Do(func() { err = c.rwc.Close() })
+	return err
+}
+
+// ServeConn serves one accepted connection until it closes.
+func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error {
+	c := &conn{rwc: rwc}
+	sess := s.b.OpenSession(info, c)
+	defer sess.Close()
+	ctx, cancel := context.WithCancel(core.WithSession(context.Background(), sess))
+	defer cancel()
+	r := frame.NewReader(rwc, s.opts.MaxPayload)
+	for {
+		f, err := r.Next()
+		var (
+			tooLarge *frame.TooLargeError
+			unknown  *frame.UnknownTypeError
+		)
+		switch {
+		case err == nil:
+		case errors.As(err, &tooLarge):
+			c.write(frame.ErrorResponse, errorPayload(api.Errorf(api.CodeInvalidRequest,
+				map[string]any{"type": tooLarge.Type.String(), "size": tooLarge.Length, "limit": tooLarge.Max},
+				"%s frame of %d bytes exceeds the limit of %d bytes", tooLarge.Type, tooLarge.Length, tooLarge.Max)))
+			continue
+		case errors.As(err, &unknown):
+			c.write(frame.ErrorResponse, errorPayload(api.Errorf(api.CodeMethodNotFound, map[string]any{"tag": unknown.Tag},
+				"unsupported message type: tag %d", unknown.Tag)))
+			if !unknown.Skipped {
+				// Its length cannot be trusted: the stream is lost.
+				hangUp(rwc)
+				return nil
+			}
+			continue
+		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+			return nil
+		default:
+			return err
+		}
+		t, payload := s.handle(ctx, f)
+		if err := c.write(t, payload); err != nil {
+			return nil
+		}
+	}
+}
+
+// handle serves one request frame and returns the reply frame.
+func (s *Server) handle(ctx context.Context, f frame.Frame) (frame.Type, []byte) {
+	var (
+		t   frame.Type
+		v   any
+		err error
+	)
+	switch f.Type {
+	case frame.Ping:
+		t = frame.Pong
+		v, err = s.pong(ctx)
+	case frame.RegistryQuery:
+		t = frame.RegistryResponse
+		v, err = s.registry(ctx, f.Payload)
+	case frame.DetectRequest:
+		t = frame.DetectResponse
+		v, err = s.detect(ctx, f.Payload)
+	case frame.ExecuteRequest:
+		t = frame.ExecuteResponse
+		v, err = s.execute(ctx, f.Payload)
+	case frame.SubscribeEvents:
+		// The acknowledgement reuses the request's tag (spec 001 names no
+		// reply type for it).
+		t = frame.SubscribeEvents
+		v, err = s.subscribe(ctx, f.Payload)
+	case frame.UnsubscribeEvents:
+		t = frame.UnsubscribeEvents
+		v, err = s.unsubscribe(ctx, f.Payload)
+	default:
+		err = api.Errorf(api.CodeMethodNotFound, map[string]any{"type": f.Type.String()}, "unsupported message type: %s", f.Type)
+	}
+	if err != nil {
+		return frame.ErrorResponse, errorPayload(err)
+	}
+	b, merr := marshal(v)
+	if merr != nil {
+		return frame.ErrorResponse, errorPayload(fmt.Errorf("encoding %s: %w", t, merr))
+	}
+	return t, b
+}
+
+// decode reads a JSON payload into v; an empty payload is an empty
+// object.
+func decode(payload []byte, v any) error {
+	payload = bytes.TrimSpace(payload)
+	if len(payload) == 0 {
+		return nil
+	}
+	if payload[0] != '{' {
+		return &api.Error{Code: api.CodeInvalidParams, Message: "payload must be a JSON object", Data: map[string]any{"field": "payload"}}
+	}
+	if err := json.Unmarshal(payload, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return api.InvalidParam(te.Field, "wrong type: JSON %s", te.Value)
+		}
+		return &api.Error{Code: api.CodeInvalidParams, Message: "payload: " + err.Error(), Data: map[string]any{"field": "payload"}}
+	}
+	return nil
+}
+
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// errorPayload is the ErrorResponse payload of err, through the one
+// error catalogue.
+func errorPayload(err error) []byte {
+	e := api.AsError(err)
+	info, _ := e.Code.Info()
+	msg := e.Message
+	if msg == "" {
+		msg = info.Message
+	}
+	b, merr := marshal(errorResponse{Code: info.StreamCode, Message: msg, PCPCode: int(e.Code), Name: info.Name, Data: e.Data})
+	if merr != nil {
+		b, _ = marshal(errorResponse{Code: info.StreamCode, Message: msg, PCPCode: int(e.Code), Name: info.Name})
+	}
+	return b
+}
+
+// hangUp ends a connection whose stream is lost without resetting it:
+// it stops writing, so the peer reads the error already sent and then
+// EOF, and drains what the peer still has in flight (briefly, and at most
+// 1 MiB) so that closing does not discard the error with a reset.
+func hangUp(rwc io.ReadWriteCloser) {
+	if cw, ok := rwc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	if d, ok := rwc.(interface{ SetReadDeadline(time.Time) error }); ok {
+		d.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		io.Copy(io.Discard, io.LimitReader(rwc, 1<<20))
+	}
+}
