@@ -72,6 +72,15 @@ type Client struct {
 // Dial connects to the daemon's Unix socket at path ("" means
 // DefaultSocket()).
 func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
+	c, err := dialUnix(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return New(c, opts), nil
+}
+
+// dialUnix connects to the socket at path ("" means DefaultSocket()).
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	if path == "" {
 		path = DefaultSocket()
 	}
@@ -80,7 +89,7 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pcp: connecting to %s: %w (is pcpd running?)", path, err)
 	}
-	return New(c, opts), nil
+	return c, nil
 }
 
 // DialTCP connects to the daemon's loopback TCP listener and presents the

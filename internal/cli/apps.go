@@ -46,9 +46,21 @@ it cannot register again until the user allows it with 'pcpctl apps allow'.`,
 
 func (e *env) appsCommand() *cobra.Command {
 	list := e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-		res, err := once(ctx, e, false, api.MethodAppsList, func(ctx context.Context, cl *client.Client) (*api.AppsListResult, error) {
-			return cl.Apps(ctx)
-		})
+		var res *api.AppsListResult
+		var err error
+		if e.framed {
+			res, err = framedOnce(ctx, e, "RegistryQuery", func(ctx context.Context, fc *client.Framed) (*api.AppsListResult, error) {
+				r, err := fc.RegistryQuery(ctx, map[string]any{"kind": "Apps"})
+				if err != nil {
+					return nil, err
+				}
+				return &api.AppsListResult{Apps: r.Apps}, nil
+			})
+		} else {
+			res, err = once(ctx, e, false, api.MethodAppsList, func(ctx context.Context, cl *client.Client) (*api.AppsListResult, error) {
+				return cl.Apps(ctx)
+			})
+		}
 		if err != nil {
 			return err
 		}
@@ -115,6 +127,22 @@ func (e *env) healthCommand() *cobra.Command {
 		Short: "Show pcpd's health (health.check)",
 		Args:  cobra.NoArgs,
 		RunE: e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
+			if e.framed {
+				pong, err := framedOnce(ctx, e, "Ping", func(ctx context.Context, fc *client.Framed) (*client.Pong, error) { return fc.Ping(ctx) })
+				if err != nil {
+					return err
+				}
+				if e.json {
+					return printJSON(e.stdout, pong)
+				}
+				t := newTable(e.stdout)
+				t.row("uptime:", (time.Duration(pong.UptimeSecs) * time.Second).String())
+				t.row("apps:", strconv.Itoa(pong.AppCount))
+				t.row("capabilities:", strconv.Itoa(pong.CapabilityCount))
+				t.row("subscriptions:", strconv.Itoa(pong.SubscriptionCount))
+				t.row("journal length:", strconv.FormatInt(pong.JournalLength, 10))
+				return t.flush()
+			}
 			h, err := once(ctx, e, false, api.MethodHealthCheck, func(ctx context.Context, cl *client.Client) (*api.HealthResult, error) {
 				return cl.Health(ctx)
 			})

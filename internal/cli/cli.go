@@ -43,6 +43,7 @@ type env struct {
 	socket        string
 	controlSocket string
 	json          bool
+	framed        bool
 	timeout       time.Duration
 
 	// started is set once a command's own code runs; an error before that
@@ -101,6 +102,7 @@ signs and verifies capability manifests.`,
 	pf.StringVar(&e.socket, "socket", client.DefaultSocket(), "pcpd agent socket ($PCP_SOCKET)")
 	pf.StringVar(&e.controlSocket, "control-socket", client.DefaultControlSocket(), "pcpd control socket, for what only the user may do ($PCP_CONTROL_SOCKET)")
 	pf.BoolVar(&e.json, "json", false, "print the method's result as indented JSON")
+	pf.BoolVar(&e.framed, "framed", false, "speak spec 001's framed stream instead of JSON-RPC (caps, invoke, health, apps)")
 	pf.DurationVar(&e.timeout, "timeout", DefaultTimeout, "bound on each call to pcpd (0 for none)")
 
 	root.AddCommand(
@@ -134,6 +136,9 @@ func (e *env) run(f func(ctx context.Context, cmd *cobra.Command, args []string)
 // connect dials the agent socket, or the control socket when control is
 // set, within the call timeout.
 func (e *env) connect(ctx context.Context, control bool, opts client.Options) (*client.Client, error) {
+	if e.framed {
+		return nil, usagef("--framed serves caps, invoke, health and apps; this command speaks JSON-RPC only")
+	}
 	path := e.socket
 	if control {
 		path = e.controlSocket
@@ -209,4 +214,16 @@ func usagef(format string, args ...any) error {
 func IsUsage(err error) bool {
 	var ue *usageError
 	return errors.As(err, &ue)
+}
+
+// framedOnce runs f on a framed connection to the agent socket.
+func framedOnce[R any](ctx context.Context, e *env, what string, f func(context.Context, *client.Framed) (*R, error)) (*R, error) {
+	dctx, cancel := e.callContext(ctx)
+	defer cancel()
+	fc, err := client.DialFramed(dctx, e.socket)
+	if err != nil {
+		return nil, err
+	}
+	defer fc.Close()
+	return call(ctx, e, what, func(ctx context.Context) (*R, error) { return f(ctx, fc) })
 }

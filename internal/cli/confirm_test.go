@@ -286,3 +286,32 @@ func TestInvokeWait(t *testing.T) {
 		t.Fatal("invoke --wait did not finish after the approval")
 	}
 }
+
+// pcpctl --framed speaks spec 001's framed stream to the same daemon.
+func TestFramed(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	out := d.mustRun(t, "--framed", "caps")
+	if !strings.Contains(out, "pcp.inspection.ping") {
+		t.Errorf("--framed caps:\n%s", out)
+	}
+	out = d.mustRun(t, "--framed", "invoke", "pcp.inspection.ping", "payload=7")
+	if !strings.Contains(out, "pcp.inspection.ping: success") || !strings.Contains(out, `"payload": 7`) {
+		t.Errorf("--framed invoke:\n%s", out)
+	}
+	out = d.mustRun(t, "--framed", "health")
+	if !strings.Contains(out, "capabilities:") {
+		t.Errorf("--framed health:\n%s", out)
+	}
+	out = d.mustRun(t, "--framed", "apps")
+	if !strings.Contains(out, "pcp.inspection") {
+		t.Errorf("--framed apps:\n%s", out)
+	}
+	_, _, err := d.run(t, "--framed", "invoke", "pcp.inspection.nope")
+	if !errors.Is(err, api.ErrCapabilityNotFound) {
+		t.Errorf("--framed invoke of an unknown capability: got %v, want CAPABILITY_NOT_FOUND", err)
+	}
+	if _, _, err := d.run(t, "--framed", "audit", "tail"); err == nil {
+		t.Error("--framed audit tail should be a usage error")
+	}
+}

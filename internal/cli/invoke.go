@@ -66,9 +66,16 @@ another terminal.`,
 		}
 		p := &api.InvokeCapabilityParams{CapabilityID: capID, AppID: appID, Source: api.SourceSystemIntelligence, Params: raw}
 		var res *api.CapabilityResult
-		if wait {
+		switch {
+		case wait && e.framed:
+			return usagef("--wait speaks JSON-RPC only")
+		case e.framed:
+			res, err = framedOnce(ctx, e, "ExecuteRequest", func(ctx context.Context, fc *client.Framed) (*api.CapabilityResult, error) {
+				return fc.Execute(ctx, capID, raw, false)
+			})
+		case wait:
 			res, err = e.invokeWaiting(ctx, p)
-		} else {
+		default:
 			res, err = once(ctx, e, false, api.MethodInvokeCapability, func(ctx context.Context, cl *client.Client) (*api.CapabilityResult, error) {
 				return cl.InvokeCapability(ctx, p)
 			})

@@ -35,9 +35,28 @@ func (e *env) capsCommand() *cobra.Command {
 		if cmd.Flags().Changed("tier") {
 			p.Tier = &tier
 		}
-		res, err := once(ctx, e, false, api.MethodQueryCapabilities, func(ctx context.Context, cl *client.Client) (*api.QueryCapabilitiesResult, error) {
-			return cl.QueryCapabilities(ctx, p)
-		})
+		var res *api.QueryCapabilitiesResult
+		var err error
+		if e.framed {
+			res, err = framedOnce(ctx, e, "RegistryQuery", func(ctx context.Context, fc *client.Framed) (*api.QueryCapabilitiesResult, error) {
+				filter := map[string]any{}
+				if p.AppID != "" {
+					filter["app_id"] = p.AppID
+				}
+				if p.Tier != nil {
+					filter["tier"] = *p.Tier
+				}
+				r, err := fc.RegistryQuery(ctx, map[string]any{"kind": "Capabilities", "filter": filter})
+				if err != nil {
+					return nil, err
+				}
+				return &api.QueryCapabilitiesResult{Capabilities: r.Caps}, nil
+			})
+		} else {
+			res, err = once(ctx, e, false, api.MethodQueryCapabilities, func(ctx context.Context, cl *client.Client) (*api.QueryCapabilitiesResult, error) {
+				return cl.QueryCapabilities(ctx, p)
+			})
+		}
 		if err != nil {
 			return err
 		}
