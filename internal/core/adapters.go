@@ -76,6 +76,15 @@ func (b *Broker) bindAdapter(ctx context.Context, info api.RegisterAdapterParams
 			return api.Errorf(api.CodeInvalidParams, map[string]any{"field": "adapter_id", "adapter_id": info.AdapterID}, "adapter_id: %s is already bound", info.AdapterID)
 		}
 	}
+	if owner != nil {
+		owner.mu.Lock()
+		gone := owner.closed
+		owner.mu.Unlock()
+		if gone {
+			b.mu.Unlock()
+			return api.Errorf(api.CodeInvalidRequest, nil, "connection closed")
+		}
+	}
 	b.adapters = append(b.adapters, &adapterEntry{info: info, adapter: a, owner: owner})
 	b.mu.Unlock()
 	if owner != nil {

@@ -169,6 +169,16 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 		b.store.DeleteApp(context.WithoutCancel(ctx), p.AppID)
 		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID, "revoked": true, "reason": r.Reason}, "app %s is revoked", p.AppID))
 	}
+	if serve {
+		// A connection that closed while we saved must not be left
+		// serving: closeSession has already run for it.
+		sess.mu.Lock()
+		gone := sess.closed
+		sess.mu.Unlock()
+		if gone {
+			serve, a.owner, a.provider = false, nil, nil
+		}
+	}
 	var removed []string
 	wasRunning := false
 	if old = b.apps[p.AppID]; old != nil {
