@@ -449,3 +449,34 @@ send:
 	b.StopTimer()
 	reportRate(b, b.N, elapsed)
 }
+
+// BenchmarkFramedExecute is spec 001's ExecuteRequest of
+// pcp.inspection.ping over the framed face, one client in this process
+// and pcpd in another: the framed counterpart of BenchmarkInvoke, beside
+// BenchmarkRawEcho in the same run.
+func BenchmarkFramedExecute(b *testing.B) {
+	sock := startBenchChild(b, "daemon")
+	fc, err := client.DialFramed(context.Background(), sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fc.Close() })
+	ctx := context.Background()
+	params := json.RawMessage(`{"payload":{"n":1}}`)
+	lat := make([]time.Duration, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		res, err := fc.Execute(ctx, "pcp.inspection.ping", params, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat[i] = time.Since(t0)
+		if res.Status != api.StatusSuccess {
+			b.Fatalf("status %q", res.Status)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
