@@ -83,19 +83,11 @@ func (f *Framed) Request(ctx context.Context, t frame.Type, payload, reply any) 
 			f.events = append(f.events, append(json.RawMessage(nil), fr.Payload...))
 			continue
 		case frame.ErrorResponse:
-			var e struct {
-				Code    uint16          `json:"code"`
-				Message string          `json:"message"`
-				PCPCode int             `json:"pcp_code"`
-				Data    json.RawMessage `json:"data"`
-			}
+			var e api.ErrorResponse
 			if err := json.Unmarshal(fr.Payload, &e); err != nil {
 				return fr.Type, fmt.Errorf("pcp: undecodable ErrorResponse: %w", err)
 			}
-			pe := &api.Error{Code: api.Code(e.PCPCode), Message: e.Message}
-			if len(e.Data) > 0 {
-				pe.Data = e.Data
-			}
+			pe := &api.Error{Code: api.Code(e.PCPCode), Message: e.Message, Data: e.Data}
 			return fr.Type, &FrameError{Status: e.Code, Err: pe}
 		}
 		if reply != nil {
@@ -123,18 +115,9 @@ func (f *Framed) Events() []json.RawMessage {
 	return ev
 }
 
-// Pong is spec 001's PongPayload.
-type Pong struct {
-	CapabilityCount   int   `json:"capability_count"`
-	AppCount          int   `json:"app_count"`
-	SubscriptionCount int   `json:"subscription_count"`
-	JournalLength     int64 `json:"journal_length"`
-	UptimeSecs        int64 `json:"uptime_secs"`
-}
-
 // Ping sends Ping and returns the Pong.
-func (f *Framed) Ping(ctx context.Context) (*Pong, error) {
-	var p Pong
+func (f *Framed) Ping(ctx context.Context) (*api.Pong, error) {
+	var p api.Pong
 	t, err := f.Request(ctx, frame.Ping, nil, &p)
 	if err == nil && t != frame.Pong {
 		err = fmt.Errorf("pcp: Ping answered with %s", t)
@@ -142,32 +125,17 @@ func (f *Framed) Ping(ctx context.Context) (*Pong, error) {
 	return &p, err
 }
 
-// RegistryResponse is spec 001's RegistryResponsePayload.
-type RegistryResponse struct {
-	Kind   string           `json:"kind"`
-	Caps   []api.Capability `json:"caps"`
-	Apps   []api.App        `json:"apps"`
-	Events []api.Event      `json:"events"`
-	Health *Pong            `json:"health"`
-}
-
-// RegistryQuery sends a RegistryQuery; query holds "kind" and the kind's
-// fields.
-func (f *Framed) RegistryQuery(ctx context.Context, query map[string]any) (*RegistryResponse, error) {
-	var r RegistryResponse
+// RegistryQuery sends a RegistryQuery.
+func (f *Framed) RegistryQuery(ctx context.Context, query *api.RegistryQuery) (*api.RegistryResponse, error) {
+	var r api.RegistryResponse
 	_, err := f.Request(ctx, frame.RegistryQuery, query, &r)
 	return &r, err
 }
 
 // Execute sends an ExecuteRequest and returns the CapabilityResult.
 func (f *Framed) Execute(ctx context.Context, capability string, params json.RawMessage, admin bool) (*api.CapabilityResult, error) {
-	var r struct {
-		Result *api.CapabilityResult `json:"result"`
-	}
-	req := map[string]any{"capability": capability, "admin": admin}
-	if len(params) > 0 {
-		req["params"] = params
-	}
+	var r api.ExecuteResponse
+	req := &api.ExecuteRequest{Capability: capability, Params: params, Admin: admin}
 	if _, err := f.Request(ctx, frame.ExecuteRequest, req, &r); err != nil {
 		return nil, err
 	}

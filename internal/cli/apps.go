@@ -50,11 +50,14 @@ func (e *env) appsCommand() *cobra.Command {
 		var err error
 		if e.framed {
 			res, err = framedOnce(ctx, e, "RegistryQuery", func(ctx context.Context, fc *client.Framed) (*api.AppsListResult, error) {
-				r, err := fc.RegistryQuery(ctx, map[string]any{"kind": "Apps"})
+				r, err := fc.RegistryQuery(ctx, &api.RegistryQuery{Kind: api.KindApps})
 				if err != nil {
 					return nil, err
 				}
-				return &api.AppsListResult{Apps: r.Apps}, nil
+				if r.Apps == nil {
+					return &api.AppsListResult{}, nil
+				}
+				return &api.AppsListResult{Apps: *r.Apps}, nil
 			})
 		} else {
 			res, err = once(ctx, e, false, api.MethodAppsList, func(ctx context.Context, cl *client.Client) (*api.AppsListResult, error) {
@@ -128,7 +131,7 @@ func (e *env) healthCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 			if e.framed {
-				pong, err := framedOnce(ctx, e, "Ping", func(ctx context.Context, fc *client.Framed) (*client.Pong, error) { return fc.Ping(ctx) })
+				pong, err := framedOnce(ctx, e, "Ping", func(ctx context.Context, fc *client.Framed) (*api.Pong, error) { return fc.Ping(ctx) })
 				if err != nil {
 					return err
 				}

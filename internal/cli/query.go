@@ -39,18 +39,14 @@ func (e *env) capsCommand() *cobra.Command {
 		var err error
 		if e.framed {
 			res, err = framedOnce(ctx, e, "RegistryQuery", func(ctx context.Context, fc *client.Framed) (*api.QueryCapabilitiesResult, error) {
-				filter := map[string]any{}
-				if p.AppID != "" {
-					filter["app_id"] = p.AppID
-				}
-				if p.Tier != nil {
-					filter["tier"] = *p.Tier
-				}
-				r, err := fc.RegistryQuery(ctx, map[string]any{"kind": "Capabilities", "filter": filter})
+				r, err := fc.RegistryQuery(ctx, &api.RegistryQuery{Kind: api.KindCapabilities, Filter: &api.RegistryFilter{AppID: p.AppID, Tier: p.Tier}})
 				if err != nil {
 					return nil, err
 				}
-				return &api.QueryCapabilitiesResult{Capabilities: r.Caps}, nil
+				if r.Caps == nil {
+					return &api.QueryCapabilitiesResult{}, nil
+				}
+				return &api.QueryCapabilitiesResult{Capabilities: *r.Caps}, nil
 			})
 		} else {
 			res, err = once(ctx, e, false, api.MethodQueryCapabilities, func(ctx context.Context, cl *client.Client) (*api.QueryCapabilitiesResult, error) {

@@ -26,6 +26,10 @@ type Adapter interface {
 	Context(ctx context.Context) (*api.SessionContext, error)
 }
 
+// maxAdaptersPerSession bounds the adapters one connection serves: every
+// surface query asks each adapter in turn.
+const maxAdaptersPerSession = 16
+
 type adapterEntry struct {
 	info    api.RegisterAdapterParams
 	adapter Adapter
@@ -78,11 +82,16 @@ func (b *Broker) bindAdapter(ctx context.Context, info api.RegisterAdapterParams
 	}
 	if owner != nil {
 		owner.mu.Lock()
-		gone := owner.closed
+		gone, n := owner.closed, len(owner.adapters)
 		owner.mu.Unlock()
 		if gone {
 			b.mu.Unlock()
 			return api.Errorf(api.CodeInvalidRequest, nil, "connection closed")
+		}
+		if n >= maxAdaptersPerSession {
+			b.mu.Unlock()
+			return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "adapters", "limit": maxAdaptersPerSession},
+				"a connection may serve %d adapters", maxAdaptersPerSession)
 		}
 	}
 	b.adapters = append(b.adapters, &adapterEntry{info: info, adapter: a, owner: owner})

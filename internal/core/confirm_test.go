@@ -12,6 +12,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 const mailManifest = `{"version":"1.0","capabilities":[
@@ -22,7 +23,7 @@ const mailManifest = `{"version":"1.0","capabilities":[
 // agent, a second agent and the user, on a controllable clock.
 type mailWorld struct {
 	b            *Broker
-	clk          *clock
+	clk          *testkit.Clock
 	st           *store.Store
 	agent, other context.Context
 	user         context.Context
@@ -32,7 +33,7 @@ type mailWorld struct {
 
 func newMailWorld(t *testing.T, path string) *mailWorld {
 	t.Helper()
-	w := &mailWorld{clk: &clock{t: time.Unix(1700000000, 0)}}
+	w := &mailWorld{clk: testkit.NewClock(time.Unix(1700000000, 0))}
 	var err error
 	if path == "" {
 		w.st, err = store.OpenMemory(context.Background())
@@ -44,7 +45,7 @@ func newMailWorld(t *testing.T, path string) *mailWorld {
 	}
 	t.Cleanup(func() { w.st.Close() })
 	w.b, err = New(context.Background(), Config{Store: w.st, AllowUnsigned: true, RateLimits: &RateLimits{}, LivenessInterval: -1,
-		Now: w.clk.now, AfterFunc: w.clk.afterFunc, ConfirmationTTL: time.Minute})
+		Now: w.clk.Now, AfterFunc: w.clk.AfterFunc, ConfirmationTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestDenyAndExpire(t *testing.T) {
 	}
 	_, err = w.send(w.agent, "b@example.com", "")
 	expiring := required(t, err)
-	w.clk.advance(time.Minute)
+	w.clk.Advance(time.Minute)
 	if _, err := w.send(w.agent, "b@example.com", expiring); !errors.Is(err, api.ErrConfirmationExpired) {
 		t.Errorf("after expiry: got %v, want CONFIRMATION_EXPIRED", err)
 	}
@@ -181,7 +182,7 @@ func TestDenyAndExpire(t *testing.T) {
 	_, err = w.send(w.agent, "c@example.com", "")
 	late := required(t, err)
 	w.b.ApproveConfirmation(w.user, &api.ConfirmDecisionParams{ConfirmationID: late})
-	w.clk.advance(time.Minute)
+	w.clk.Advance(time.Minute)
 	if _, err := w.send(w.agent, "c@example.com", late); !errors.Is(err, api.ErrConfirmationExpired) {
 		t.Errorf("stale approval: got %v, want CONFIRMATION_EXPIRED", err)
 	}
@@ -255,7 +256,7 @@ func TestUndoWindow(t *testing.T) {
 	if _, err := w.b.UndoJob(w.user, &api.JobsUndoParams{JobID: undone}); err != nil {
 		t.Fatal(err)
 	}
-	w.clk.advance(10 * time.Second)
+	w.clk.Advance(10 * time.Second)
 	waitFor(t, func() bool { return len(w.runs()) == 1 })
 	if r := w.runs(); r[0] != `org.example.mail.purge {"folder":"spam"}` {
 		t.Errorf("ran %v, want only the spam purge", r)
@@ -291,7 +292,7 @@ func TestQueuedJobsAreCancelledByARestart(t *testing.T) {
 	w.st.Close()
 
 	w2 := newMailWorld(t, path)
-	w2.clk.advance(time.Hour)
+	w2.clk.Advance(time.Hour)
 	jobs, _ := w2.b.Jobs(context.Background(), &api.JobsListParams{})
 	if len(jobs.Jobs) != 1 || jobs.Jobs[0].State != api.JobCancelled || jobs.Jobs[0].Reason == "" {
 		t.Fatalf("jobs after restart = %+v, want one cancelled with a reason", jobs.Jobs)
@@ -316,7 +317,7 @@ func TestConfirmationTableStaysBounded(t *testing.T) {
 		_, err := w.send(w.agent, fmt.Sprintf("%d@example.com", i), "")
 		required(t, err)
 		if i%20 == 19 {
-			w.clk.advance(3 * time.Minute) // past expiry and the grace after it
+			w.clk.Advance(3 * time.Minute) // past expiry and the grace after it
 		}
 	}
 	w.b.confMu.Lock()

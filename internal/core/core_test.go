@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -428,5 +429,21 @@ func TestSubscriptionsPerConnectionBounded(t *testing.T) {
 	other := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
 	if _, err := b.Subscribe(other, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
 		t.Errorf("another connection: %v", err)
+	}
+}
+
+func TestAdaptersPerConnectionBounded(t *testing.T) {
+	b, st := newBroker(t, "", "")
+	defer st.Close()
+	defer b.Close()
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	for i := range maxAdaptersPerSession {
+		if _, err := b.RegisterAdapter(ctx, &api.RegisterAdapterParams{SurfaceType: "x11", AdapterID: fmt.Sprintf("a%d", i), SupportedTiers: []int{2}}); err != nil {
+			t.Fatalf("adapter %d: %v", i, err)
+		}
+	}
+	_, err := b.RegisterAdapter(ctx, &api.RegisterAdapterParams{SurfaceType: "x11", AdapterID: "one-more", SupportedTiers: []int{2}})
+	if !errors.Is(err, api.ErrRateLimited) {
+		t.Errorf("one adapter too many: got %v, want RATE_LIMITED", err)
 	}
 }

@@ -5,77 +5,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
-// clock is a controllable clock for the broker: now and timers move
-// only when the test advances it.
-type clock struct {
-	mu     sync.Mutex
-	t      time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) afterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.t.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-// advance moves the clock and runs, in order and on this goroutine, the
-// timers that came due.
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	var due []*fakeTimer
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		switch {
-		case t.stopped:
-		case !t.at.After(c.t):
-			t.stopped = true
-			due = append(due, t)
-		default:
-			kept = append(kept, t)
-		}
-	}
-	c.timers = kept
-	c.mu.Unlock()
-	for _, t := range due {
-		t.f()
-	}
-}
-
-func limitedBroker(t *testing.T, rl RateLimits) (*Broker, *clock) {
+func limitedBroker(t *testing.T, rl RateLimits) (*Broker, *testkit.Clock) {
 	t.Helper()
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	clk := &clock{t: time.Unix(1700000000, 0)}
-	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &rl, Now: clk.now})
+	clk := testkit.NewClock(time.Unix(1700000000, 0))
+	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &rl, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +65,7 @@ func TestPerAppLimitLeavesOthersAlone(t *testing.T) {
 		t.Errorf("other app: %v", err)
 	}
 	// After the hinted wait the app accepts again.
-	clk.advance(100 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
 	if err := invokeGo(agent, b, "org.example.a"); err != nil {
 		t.Errorf("after retry_after_ms: %v", err)
 	}
@@ -157,7 +103,7 @@ func TestRejectionsDoNotFloodTheAudit(t *testing.T) {
 	for range 1000 {
 		invokeGo(ctx, b, "org.example.a")
 	}
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	invokeGo(ctx, b, "org.example.a") // allowed: a token came back
 	invokeGo(ctx, b, "org.example.a") // limited, audited with the count
 	after, _ := b.AuditVerify(context.Background())

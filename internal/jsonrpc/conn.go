@@ -41,6 +41,9 @@ type Options struct {
 	// MaxInFlight bounds the peer's requests being handled at once; the
 	// connection stops reading while it is reached. 0 means 256.
 	MaxInFlight int
+	// MaxBatch bounds the messages of one batch; a larger batch is
+	// answered with one INVALID_REQUEST. 0 means DefaultMaxBatch.
+	MaxBatch int
 	// WriteTimeout closes the connection when the peer does not read a
 	// reply for this long. 0 means one minute; negative disables it.
 	WriteTimeout time.Duration
@@ -48,6 +51,13 @@ type Options struct {
 	// decode error (for logging).
 	OnProtocolError func(*api.Error)
 }
+
+// DefaultMaxBatch is the default bound on a batch's messages.
+const DefaultMaxBatch = 1024
+
+// batchParallel bounds how many of one batch's requests run at once, so a
+// single line cannot start a goroutine per element.
+const batchParallel = 8
 
 // Conn is one JSON-RPC 2.0 connection, symmetric: it serves the peer's
 // requests and lets this side send requests and notifications to the peer.
@@ -86,6 +96,9 @@ func NewConn(rwc io.ReadWriteCloser, opts Options) *Conn {
 	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 256
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = DefaultMaxBatch
 	}
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = time.Minute
@@ -191,6 +204,14 @@ func (c *Conn) Run() error {
 			continue // blank lines are keep-alives
 		}
 		d := Decode(line)
+		if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
+			c.protocolError(nil, &api.Error{
+				Code:    api.CodeInvalidRequest,
+				Message: fmt.Sprintf("batch of %d messages exceeds the limit of %d", n, c.opts.MaxBatch),
+				Data:    map[string]any{"limit": c.opts.MaxBatch, "size": n},
+			})
+			continue
+		}
 		if d.Batch {
 			if !dispatch(func() { c.serveBatch(d) }) {
 				return nil
@@ -297,15 +318,17 @@ func (c *Conn) serveBatch(d Decoded) {
 		wg  sync.WaitGroup
 		mu  sync.Mutex
 		out = make([][]byte, len(d.Messages))
+		sem = make(chan struct{}, batchParallel)
 	)
 	for i, m := range d.Messages {
 		if m.IsResponse() {
 			c.deliver(m)
 			continue
 		}
+		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			r := c.handle(m)
 			mu.Lock()
 			out[i] = r

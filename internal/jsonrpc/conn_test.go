@@ -6,34 +6,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
-	"os"
 	"runtime"
+	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
-func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "sock")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return mk(fds[0]), mk(fds[1])
-}
+func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) { return testkit.SocketPair(t) }
 
 func echoHandler() Handler {
 	return HandlerFunc(func(ctx context.Context, m *Message) (any, error) {
@@ -194,5 +180,53 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before+2 {
 		t.Errorf("goroutines: %d before, %d after", before, n)
+	}
+}
+
+// A batch runs at most batchParallel requests at once, and a batch over
+// MaxBatch is refused whole with one error; the connection goes on.
+func TestBatchBounds(t *testing.T) {
+	a, b := pair(t)
+	var running, peak atomic.Int32
+	c := NewConn(a, Options{MaxBatch: 20, Handler: HandlerFunc(func(ctx context.Context, m *Message) (any, error) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		running.Add(-1)
+		return "ok", nil
+	})})
+	go c.Run()
+	defer c.Close()
+	rd := bufio.NewReader(b)
+	b.SetDeadline(time.Now().Add(10 * time.Second))
+	batch := func(n int) string {
+		var sb strings.Builder
+		sb.WriteByte('[')
+		for i := range n {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			fmt.Fprintf(&sb, `{"jsonrpc":"2.0","id":%d,"method":"x"}`, i)
+		}
+		sb.WriteString("]\n")
+		return sb.String()
+	}
+	io.WriteString(b, batch(21))
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.Contains(line, `"code":-32600`) || !strings.Contains(line, `"limit":20`) || line[0] != '{' {
+		t.Fatalf("oversized batch: %q, %v", line, err)
+	}
+	io.WriteString(b, batch(20))
+	line, err = rd.ReadString('\n')
+	if err != nil || strings.Count(line, `"result":"ok"`) != 20 {
+		t.Fatalf("batch of 20: %q, %v", line, err)
+	}
+	if p := peak.Load(); p > batchParallel {
+		t.Errorf("%d requests of one batch ran at once, want at most %d", p, batchParallel)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // FuzzServeConn feeds arbitrary bytes to the face as one connection's
@@ -50,7 +51,7 @@ func FuzzServeConn(f *testing.F) {
 	srv := NewServer(b, Options{MaxLine: 4096})
 
 	f.Fuzz(func(t *testing.T, input []byte) {
-		client, server := socketPair(t)
+		client, server := testkit.SocketPair(t)
 		defer client.Close()
 		done := make(chan struct{})
 		go func() {

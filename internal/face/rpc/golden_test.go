@@ -10,11 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
@@ -63,7 +62,7 @@ var fixedNow = time.Unix(1699876543, 0).UTC()
 
 type goldenEnv struct {
 	t     *testing.T
-	clk   *goldenClock
+	clk   *testkit.Clock
 	srv   *Server
 	conns map[string]*goldenConn
 	wg    sync.WaitGroup
@@ -170,7 +169,7 @@ func runGolden(t *testing.T, file string) {
 				if err != nil || !strings.HasPrefix(rest, "advance ") {
 					t.Fatalf("%s:%d: clock directive %q, want 'advance DURATION'", file, i+1, rest)
 				}
-				env.clk.advance(d)
+				env.clk.Advance(d)
 				out.WriteString(line + "\n")
 				continue
 			}
@@ -230,7 +229,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		idMu sync.Mutex
 		ids  = map[string]int{}
 	)
-	clk := &goldenClock{t: fixedNow}
+	clk := testkit.NewClock(fixedNow)
 	b, err := core.New(context.Background(), core.Config{
 		Store:         st,
 		TrustDir:      t.TempDir(),
@@ -239,8 +238,8 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		RateLimits:    &limits,
 		// Transcripts are exact; a liveness check would interleave.
 		LivenessInterval: -1,
-		Now:              clk.now,
-		AfterFunc:        clk.afterFunc,
+		Now:              clk.Now,
+		AfterFunc:        clk.AfterFunc,
 		NewID: func(prefix string) string {
 			idMu.Lock()
 			defer idMu.Unlock()
@@ -262,7 +261,7 @@ func (e *goldenEnv) conn(name string) *goldenConn {
 	if c, ok := e.conns[name]; ok {
 		return c
 	}
-	client, server := socketPair(e.t)
+	client, server := testkit.SocketPair(e.t)
 	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
 	switch {
 	case strings.HasPrefix(name, "user"):
@@ -301,84 +300,4 @@ func (c *goldenConn) recv() (string, error) {
 		return "", err
 	}
 	return strings.TrimSuffix(line, "\n"), nil
-}
-
-// socketPair returns two connected Unix stream sockets, so the daemon
-// side has kernel buffers and real socket semantics.
-func socketPair(t *testing.T) (net.Conn, net.Conn) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func(fd int, name string) net.Conn {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	return mk(fds[0], "client"), mk(fds[1], "server")
-}
-
-// goldenClock is the broker's clock in golden runs: it starts at fixedNow
-// and moves only on a "clock! advance" line, firing the timers due.
-type goldenClock struct {
-	mu     sync.Mutex
-	t      time.Time
-	timers []*goldenTimer
-}
-
-type goldenTimer struct {
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (c *goldenClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *goldenClock) afterFunc(d time.Duration, f func()) func() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &goldenTimer{at: c.t.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		was := !t.stopped
-		t.stopped = true
-		return was
-	}
-}
-
-func (c *goldenClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	var due []*goldenTimer
-	for _, t := range c.timers {
-		if !t.stopped && !t.at.After(c.t) {
-			t.stopped = true
-			due = append(due, t)
-		}
-	}
-	c.mu.Unlock()
-	// Off the transcript's goroutine, as with time.AfterFunc (a job that
-	// calls an app must not block the transcript that answers for it), but
-	// one after the other, in the order they came due, so the events they
-	// cause are numbered the same way on every run.
-	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for _, t := range due {
-			t.f()
-		}
-	}()
-	// Wait for them, but not for long: a job waits for its app, whose
-	// answer is a later line of the transcript.
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-	}
 }

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/frame"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // FuzzServeConn feeds arbitrary bytes to the framed face. It must never
@@ -30,7 +30,7 @@ func FuzzServeConn(f *testing.F) {
 	f.Add([]byte{0x2a, 0xff, 0xff, 0xff, 0xff})
 	e := newEnv(&testing.T{})
 	f.Fuzz(func(t *testing.T, input []byte) {
-		client, server := pairConns(t)
+		client, server := testkit.SocketPair(t)
 		done := make(chan struct{})
 		go func() {
 			e.stream.ServeConn(server, core.SessionInfo{Role: core.RoleAgent, Transport: "unix"})
@@ -38,7 +38,7 @@ func FuzzServeConn(f *testing.F) {
 		}()
 		go func() {
 			client.Write(input)
-			client.(*net.UnixConn).CloseWrite()
+			client.CloseWrite()
 		}()
 		client.SetDeadline(time.Now().Add(10 * time.Second))
 		r := frame.NewReader(client, 1<<20)

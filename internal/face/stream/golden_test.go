@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/pcp-dev/pcp/internal/frame"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
@@ -92,7 +92,7 @@ func (e *env) conn(name string) net.Conn {
 	if c, ok := e.conns[name]; ok {
 		return c
 	}
-	client, server := pairConns(e.t)
+	client, server := testkit.SocketPair(e.t)
 	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
 	bare := strings.TrimPrefix(name, "rpc:")
 	if strings.HasPrefix(bare, "user") {
@@ -276,22 +276,4 @@ func (l *lineReader) next() (string, error) {
 		}
 		l.buf = append(l.buf, b[:n]...)
 	}
-}
-
-// pairConns returns two connected Unix stream sockets.
-func pairConns(t *testing.T) (net.Conn, net.Conn) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func(fd int) net.Conn {
-		f := os.NewFile(uintptr(fd), "sock")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	return mk(fds[0]), mk(fds[1])
 }

@@ -6,22 +6,22 @@ import (
 	"github.com/pcp-dev/pcp/api"
 )
 
-func (s *Server) pong(ctx context.Context) (*pong, error) {
+func (s *Server) pong(ctx context.Context) (*api.Pong, error) {
 	h, err := s.b.Health(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &pong{CapabilityCount: h.Capabilities, AppCount: h.Apps, SubscriptionCount: h.Subscriptions,
+	return &api.Pong{CapabilityCount: h.Capabilities, AppCount: h.Apps, SubscriptionCount: h.Subscriptions,
 		JournalLength: h.JournalLength, UptimeSecs: h.UptimeMS / 1000}, nil
 }
 
-func (s *Server) registry(ctx context.Context, payload []byte) (*registryResponse, error) {
-	var q registryQuery
+func (s *Server) registry(ctx context.Context, payload []byte) (*api.RegistryResponse, error) {
+	var q api.RegistryQuery
 	if err := decode(payload, &q); err != nil {
 		return nil, err
 	}
 	switch q.Kind {
-	case kindCapabilities:
+	case api.KindCapabilities:
 		p := &api.QueryCapabilitiesParams{}
 		if q.Filter != nil {
 			p.AppID, p.Tier = q.Filter.AppID, q.Filter.Tier
@@ -30,8 +30,8 @@ func (s *Server) registry(ctx context.Context, payload []byte) (*registryRespons
 		if err != nil {
 			return nil, err
 		}
-		return &registryResponse{Kind: kindCapabilities, Caps: nonNil(r.Capabilities)}, nil
-	case kindCapabilityByID:
+		return &api.RegistryResponse{Kind: api.KindCapabilities, Caps: nonNil(r.Capabilities)}, nil
+	case api.KindCapabilityByID:
 		if q.ID == "" {
 			return nil, api.MissingParam("id")
 		}
@@ -39,14 +39,14 @@ func (s *Server) registry(ctx context.Context, payload []byte) (*registryRespons
 		if !ok {
 			return nil, api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": q.ID}, "no capability %s", q.ID)
 		}
-		return &registryResponse{Kind: kindCapabilities, Caps: nonNil([]api.Capability{c})}, nil
-	case kindApps:
+		return &api.RegistryResponse{Kind: api.KindCapabilities, Caps: nonNil([]api.Capability{c})}, nil
+	case api.KindApps:
 		r, err := s.b.Apps(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &registryResponse{Kind: kindApps, Apps: nonNil(r.Apps)}, nil
-	case kindEventHistory:
+		return &api.RegistryResponse{Kind: api.KindApps, Apps: nonNil(r.Apps)}, nil
+	case api.KindEventHistory:
 		limit := 0
 		if q.Limit != nil {
 			if *q.Limit < 0 {
@@ -58,20 +58,19 @@ func (s *Server) registry(ctx context.Context, payload []byte) (*registryRespons
 		if err != nil {
 			return nil, err
 		}
-		return &registryResponse{Kind: kindEvents, Events: nonNil(r.Events)}, nil
-	case kindHealth:
+		return &api.RegistryResponse{Kind: api.KindEvents, Events: nonNil(r.Events)}, nil
+	case api.KindHealth:
 		p, err := s.pong(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &registryResponse{Kind: kindHealth, Health: p}, nil
-	case kindElementTree:
-		if q.AppID == "" {
-			return nil, api.MissingParam("app_id")
+		return &api.RegistryResponse{Kind: api.KindHealth, Health: p}, nil
+	case api.KindElementTree:
+		els, err := s.b.ElementTree(ctx, q.AppID)
+		if err != nil {
+			return nil, err
 		}
-		// Element trees come from the AT-SPI2 adapter, which is not
-		// part of this daemon yet.
-		return nil, api.Errorf(api.CodeNoATSPI2Support, map[string]any{"app_id": q.AppID}, "no accessibility adapter can give the element tree of %s", q.AppID)
+		return &api.RegistryResponse{Kind: api.KindElements, Elements: nonNil(els)}, nil
 	case "":
 		return nil, api.MissingParam("kind")
 	}
@@ -86,47 +85,31 @@ func nonNil[T any](s []T) *[]T {
 	return &s
 }
 
-// detect reports what the daemon knows of an app. Apps registered by a
-// manifest are detected at tier 1; detection through accessibility
-// adapters comes with them.
-func (s *Server) detect(ctx context.Context, payload []byte) (*detectResponse, error) {
-	var p detectRequest
+func (s *Server) detect(ctx context.Context, payload []byte) (*api.DetectResponse, error) {
+	var p api.DetectRequest
 	if err := decode(payload, &p); err != nil {
 		return nil, err
 	}
-	if p.AppID == "" {
-		return nil, api.MissingParam("app_id")
-	}
-	apps, err := s.b.Apps(ctx)
+	res, err := s.b.Detect(ctx, p.AppID)
 	if err != nil {
 		return nil, err
 	}
-	res := detectionResult{AppID: p.AppID}
-	for _, a := range apps.Apps {
-		if a.AppID == p.AppID && a.State != api.AppRevoked {
-			res.Detected, res.Via, res.Tier, res.State, res.Capabilities = true, "manifest", 1, a.State, a.Capabilities
-		}
-	}
-	return &detectResponse{Result: res}, nil
+	return &api.DetectResponse{Result: *res}, nil
 }
 
-// execute resolves the capability's owner in the registry and invokes it
-// through the core pipeline, as spec 000's invoke.capability.
-func (s *Server) execute(ctx context.Context, payload []byte) (*executeResponse, error) {
-	var p executeRequest
+// execute runs an ExecuteRequest as spec 000's invoke.capability; the
+// owner app is the target, or the registry's owner of the capability.
+func (s *Server) execute(ctx context.Context, payload []byte) (*api.ExecuteResponse, error) {
+	var p api.ExecuteRequest
 	if err := decode(payload, &p); err != nil {
 		return nil, err
 	}
-	if p.Capability == "" {
-		return nil, api.MissingParam("capability")
-	}
 	appID := p.Target
 	if appID == "" {
-		c, ok := s.b.LookupCapability(p.Capability)
-		if !ok {
-			return nil, api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": p.Capability}, "no capability %s", p.Capability)
+		var err error
+		if appID, err = s.b.CapabilityOwner(p.Capability); err != nil {
+			return nil, err
 		}
-		appID = c.AppID
 	}
 	res, err := s.b.InvokeCapability(ctx, &api.InvokeCapabilityParams{
 		CapabilityID: p.Capability, AppID: appID, Source: api.SourceSystemIntelligence, Params: p.Params,
@@ -135,11 +118,11 @@ func (s *Server) execute(ctx context.Context, payload []byte) (*executeResponse,
 	if err != nil {
 		return nil, err
 	}
-	return &executeResponse{Result: res}, nil
+	return &api.ExecuteResponse{Result: res}, nil
 }
 
 func (s *Server) subscribe(ctx context.Context, payload []byte) (*api.SubscribeEventsResult, error) {
-	var p subscribeRequest
+	var p api.StreamSubscribe
 	if err := decode(payload, &p); err != nil {
 		return nil, err
 	}
@@ -151,7 +134,7 @@ func (s *Server) subscribe(ctx context.Context, payload []byte) (*api.SubscribeE
 }
 
 func (s *Server) unsubscribe(ctx context.Context, payload []byte) (*api.UnsubscribeEventsResult, error) {
-	var p unsubscribeRequest
+	var p api.UnsubscribeEventsParams
 	if err := decode(payload, &p); err != nil {
 		return nil, err
 	}

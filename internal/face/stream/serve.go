@@ -85,7 +85,7 @@ func (c *conn) Notify(method string, params any) error {
 	if err := json.Unmarshal(raw, &members); err != nil {
 		return err
 	}
-	var p pushEvent
+	var p api.PushEvent
 	p.Event.Type = method
 	json.Unmarshal(members["subscription_id"], &p.SubscriptionID)
 	json.Unmarshal(members["sequence"], &p.Sequence)
@@ -232,9 +232,9 @@ func errorPayload(err error) []byte {
 	if msg == "" {
 		msg = info.Message
 	}
-	b, merr := marshal(errorResponse{Code: info.StreamCode, Message: msg, PCPCode: int(e.Code), Name: info.Name, Data: e.Data})
+	b, merr := marshal(api.ErrorResponse{Code: info.StreamCode, Message: msg, PCPCode: int(e.Code), Name: info.Name, Data: e.Data})
 	if merr != nil {
-		b, _ = marshal(errorResponse{Code: info.StreamCode, Message: msg, PCPCode: int(e.Code), Name: info.Name})
+		b, _ = marshal(api.ErrorResponse{Code: info.StreamCode, Message: msg, PCPCode: int(e.Code), Name: info.Name})
 	}
 	return b
 }
