@@ -43,6 +43,11 @@ const (
 	MethodAppsList = "apps.list"
 	// MethodAppsAllow lifts a revocation. User role only.
 	MethodAppsAllow = "apps.allow"
+	// MethodAppsSocket opens (or finds) the Tier 1 per-app socket of an
+	// app whose signed manifest it is given (spec 001).
+	MethodAppsSocket = "apps.socket"
+	// MethodAppsState asks a Tier 1 app for its dynamic state.
+	MethodAppsState = "apps.state"
 	// MethodAuditTail returns the most recent audit entries.
 	MethodAuditTail = "audit.tail"
 	// MethodAuditVerify walks the audit chain as stored on disk.

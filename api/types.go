@@ -339,6 +339,34 @@ type AppsAllowResult struct {
 	WasRevoked bool `json:"was_revoked"`
 }
 
+// AppsSocketParams are the parameters of apps.socket: the app and its
+// signed manifest, checked as register.app checks it.
+type AppsSocketParams struct {
+	AppID    string          `json:"app_id"`
+	Manifest json.RawMessage `json:"manifest"`
+}
+
+// AppsSocketResult is the result of apps.socket: the per-app socket the
+// app connects to and serves the PcpServer contract on.
+type AppsSocketResult struct {
+	AppID  string `json:"app_id"`
+	Socket string `json:"socket"`
+}
+
+// AppsStateParams are the parameters of apps.state. Keys narrows the
+// state to these top-level keys; empty means all of it.
+type AppsStateParams struct {
+	AppID string   `json:"app_id"`
+	Keys  []string `json:"keys,omitempty"`
+}
+
+// AppsStateResult is the result of apps.state: the app's dynamic state,
+// a JSON object as the app reported it.
+type AppsStateResult struct {
+	AppID string          `json:"app_id"`
+	State json.RawMessage `json:"state"`
+}
+
 // AuditTailParams are the parameters of audit.tail.
 type AuditTailParams struct {
 	Limit int `json:"limit,omitempty"`

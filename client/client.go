@@ -241,6 +241,16 @@ func (c *Client) AllowApp(ctx context.Context, appID string) (*api.AppsAllowResu
 	return call[api.AppsAllowResult](ctx, c, api.MethodAppsAllow, &api.AppsAllowParams{AppID: appID})
 }
 
+// AppSocket asks for the Tier 1 per-app socket of an app (apps.socket).
+func (c *Client) AppSocket(ctx context.Context, p *api.AppsSocketParams) (*api.AppsSocketResult, error) {
+	return call[api.AppsSocketResult](ctx, c, api.MethodAppsSocket, p)
+}
+
+// AppState asks a Tier 1 app for its dynamic state (apps.state).
+func (c *Client) AppState(ctx context.Context, p *api.AppsStateParams) (*api.AppsStateResult, error) {
+	return call[api.AppsStateResult](ctx, c, api.MethodAppsState, p)
+}
+
 // AuditTail returns recent audit entries.
 func (c *Client) AuditTail(ctx context.Context, limit int) (*api.AuditTailResult, error) {
 	return call[api.AuditTailResult](ctx, c, api.MethodAuditTail, &api.AuditTailParams{Limit: limit})

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,7 @@ func DialFramed(ctx context.Context, path string) (*Framed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Framed{conn: c, r: frame.NewReader(c, 16<<20)}, nil
+	return &Framed{conn: c, r: frame.NewReader(bufio.NewReader(c), 16<<20)}, nil
 }
 
 // Close closes the connection.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
-	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/sdk"
 )
 
 // AppID is the app id the notes app registers as. manifest.json says the
@@ -26,9 +26,9 @@ const AppID = "org.pcp.notes"
 type handlers struct{ store *Store }
 
 // capabilities maps each capability name of manifest.json to its handler.
-func capabilities(s *Store) map[string]client.CapabilityFunc {
+func capabilities(s *Store) map[string]sdk.CapabilityFunc {
 	h := &handlers{store: s}
-	return map[string]client.CapabilityFunc{
+	return map[string]sdk.CapabilityFunc{
 		"create": h.create,
 		"delete": h.delete,
 		"list":   h.list,
@@ -49,6 +49,59 @@ var accepts = map[string][]string{
 	"update": {"id", "title", "body", "tags"},
 }
 
+// validators check each capability's parameters as its handler does,
+// with the store's rules for the values, but without the database: an
+// unknown note id passes here and fails at the invocation.
+var validators = map[string]func(params json.RawMessage) error{
+	"create": func(params json.RawMessage) error {
+		r, err := parseCreate(params)
+		if err != nil {
+			return err
+		}
+		return storeError(checkNote(&r.title, &r.body, &r.tags))
+	},
+	"delete": func(params json.RawMessage) error { _, err := parseID("delete", params); return err },
+	"list":   func(params json.RawMessage) error { _, err := parseList(params); return err },
+	"read":   func(params json.RawMessage) error { _, err := parseID("read", params); return err },
+	"search": func(params json.RawMessage) error {
+		r, err := parseSearch(params)
+		if err != nil {
+			return err
+		}
+		return storeError(checkQuery(r.query))
+	},
+	"update": func(params json.RawMessage) error {
+		r, err := parseUpdate(params)
+		if err != nil {
+			return err
+		}
+		if r.patch.Title == nil && r.patch.Body == nil && r.patch.Tags == nil {
+			return storeError(errNothingToUpdate())
+		}
+		return storeError(checkNote(r.patch.Title, r.patch.Body, r.patch.Tags))
+	},
+}
+
+// validate answers the daemon's ValidateParams for capability name.
+func validate(ctx context.Context, name string, params json.RawMessage) error {
+	if v := validators[name]; v != nil {
+		return v(params)
+	}
+	return nil
+}
+
+// state reports the app's dynamic state: how many notes the store at db
+// holds, and where it is.
+func state(s *Store, db string) func(ctx context.Context) (map[string]any, error) {
+	return func(ctx context.Context) (map[string]any, error) {
+		n, err := s.Count(ctx)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		return map[string]any{"notes": n, "db": db}, nil
+	}
+}
+
 // CreateResult is the data of create.
 type CreateResult struct {
 	ID        int64     `json:"id"`
@@ -66,76 +119,118 @@ type DeleteResult struct {
 	ID      int64 `json:"id"`
 }
 
-func (h *handlers) create(ctx context.Context, params json.RawMessage) (any, error) {
+type createArgs struct {
+	title, body string
+	tags        []string
+}
+
+func parseCreate(params json.RawMessage) (*createArgs, error) {
 	a, err := parseArgs(params, accepts["create"]...)
 	if err != nil {
 		return nil, err
 	}
-	title, _, err := a.str("title", true)
+	var r createArgs
+	if r.title, _, err = a.str("title", true); err != nil {
+		return nil, err
+	}
+	if r.body, _, err = a.str("body", true); err != nil {
+		return nil, err
+	}
+	if r.tags, _, err = a.strs("tags"); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (h *handlers) create(ctx context.Context, params json.RawMessage) (any, error) {
+	r, err := parseCreate(params)
 	if err != nil {
 		return nil, err
 	}
-	body, _, err := a.str("body", true)
-	if err != nil {
-		return nil, err
-	}
-	tags, _, err := a.strs("tags")
-	if err != nil {
-		return nil, err
-	}
-	n, err := h.store.Create(ctx, title, body, tags)
+	n, err := h.store.Create(ctx, r.title, r.body, r.tags)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	return &CreateResult{ID: n.ID, CreatedAt: n.CreatedAt}, nil
 }
 
-func (h *handlers) list(ctx context.Context, params json.RawMessage) (any, error) {
+type listArgs struct {
+	tag   string
+	limit int
+}
+
+func parseList(params json.RawMessage) (*listArgs, error) {
 	a, err := parseArgs(params, accepts["list"]...)
 	if err != nil {
 		return nil, err
 	}
-	tag, _, err := a.str("tag", false)
+	var r listArgs
+	if r.tag, _, err = a.str("tag", false); err != nil {
+		return nil, err
+	}
+	if r.limit, err = a.limit(); err != nil {
+		return nil, err
+	}
+	r.tag = strings.TrimSpace(r.tag)
+	return &r, nil
+}
+
+func (h *handlers) list(ctx context.Context, params json.RawMessage) (any, error) {
+	r, err := parseList(params)
 	if err != nil {
 		return nil, err
 	}
-	limit, err := a.limit()
-	if err != nil {
-		return nil, err
-	}
-	notes, err := h.store.List(ctx, strings.TrimSpace(tag), limit)
+	notes, err := h.store.List(ctx, r.tag, r.limit)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	return &NotesResult{Notes: notes}, nil
 }
 
-func (h *handlers) search(ctx context.Context, params json.RawMessage) (any, error) {
+type searchArgs struct {
+	query string
+	limit int
+}
+
+func parseSearch(params json.RawMessage) (*searchArgs, error) {
 	a, err := parseArgs(params, accepts["search"]...)
 	if err != nil {
 		return nil, err
 	}
-	query, _, err := a.str("query", true)
+	var r searchArgs
+	if r.query, _, err = a.str("query", true); err != nil {
+		return nil, err
+	}
+	if r.limit, err = a.limit(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (h *handlers) search(ctx context.Context, params json.RawMessage) (any, error) {
+	r, err := parseSearch(params)
 	if err != nil {
 		return nil, err
 	}
-	limit, err := a.limit()
-	if err != nil {
-		return nil, err
-	}
-	notes, err := h.store.Search(ctx, query, limit)
+	notes, err := h.store.Search(ctx, r.query, r.limit)
 	if err != nil {
 		return nil, storeError(err)
 	}
 	return &NotesResult{Notes: notes}, nil
 }
 
-func (h *handlers) read(ctx context.Context, params json.RawMessage) (any, error) {
-	a, err := parseArgs(params, accepts["read"]...)
+// parseID parses the parameters of capability name, which takes the note
+// id only.
+func parseID(name string, params json.RawMessage) (int64, error) {
+	a, err := parseArgs(params, accepts[name]...)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	id, err := a.id()
+	return a.id()
+}
+
+func (h *handlers) read(ctx context.Context, params json.RawMessage) (any, error) {
+	id, err := parseID("read", params)
 	if err != nil {
 		return nil, err
 	}
@@ -146,32 +241,44 @@ func (h *handlers) read(ctx context.Context, params json.RawMessage) (any, error
 	return n, nil
 }
 
-func (h *handlers) update(ctx context.Context, params json.RawMessage) (any, error) {
+type updateArgs struct {
+	id    int64
+	patch Patch
+}
+
+func parseUpdate(params json.RawMessage) (*updateArgs, error) {
 	a, err := parseArgs(params, accepts["update"]...)
 	if err != nil {
 		return nil, err
 	}
-	id, err := a.id()
-	if err != nil {
+	var r updateArgs
+	if r.id, err = a.id(); err != nil {
 		return nil, err
 	}
-	var p Patch
 	if title, ok, err := a.str("title", false); err != nil {
 		return nil, err
 	} else if ok {
-		p.Title = &title
+		r.patch.Title = &title
 	}
 	if body, ok, err := a.str("body", false); err != nil {
 		return nil, err
 	} else if ok {
-		p.Body = &body
+		r.patch.Body = &body
 	}
 	if tags, ok, err := a.strs("tags"); err != nil {
 		return nil, err
 	} else if ok {
-		p.Tags = &tags
+		r.patch.Tags = &tags
 	}
-	n, err := h.store.Update(ctx, id, p)
+	return &r, nil
+}
+
+func (h *handlers) update(ctx context.Context, params json.RawMessage) (any, error) {
+	r, err := parseUpdate(params)
+	if err != nil {
+		return nil, err
+	}
+	n, err := h.store.Update(ctx, r.id, r.patch)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -179,11 +286,7 @@ func (h *handlers) update(ctx context.Context, params json.RawMessage) (any, err
 }
 
 func (h *handlers) delete(ctx context.Context, params json.RawMessage) (any, error) {
-	a, err := parseArgs(params, accepts["delete"]...)
-	if err != nil {
-		return nil, err
-	}
-	id, err := a.id()
+	id, err := parseID("delete", params)
 	if err != nil {
 		return nil, err
 	}
@@ -193,8 +296,12 @@ func (h *handlers) delete(ctx context.Context, params json.RawMessage) (any, err
 	return &DeleteResult{Deleted: true, ID: id}, nil
 }
 
-// storeError turns a Store error into the PCP error the agent sees.
+// storeError turns a Store error into the PCP error the agent sees; nil
+// stays nil.
 func storeError(err error) error {
+	if err == nil {
+		return nil
+	}
 	var fe *FieldError
 	var nf *NotFoundError
 	switch {

@@ -12,13 +12,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pcp-dev/pcp/api"
-	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/manifest"
+	"github.com/pcp-dev/pcp/sdk"
 )
 
 // invoke calls capability name with params and returns its data as
 // decoded JSON, or its error as an *api.Error.
-func invoke(t *testing.T, caps map[string]client.CapabilityFunc, name, params string) (map[string]any, *api.Error) {
+func invoke(t *testing.T, caps map[string]sdk.CapabilityFunc, name, params string) (map[string]any, *api.Error) {
 	t.Helper()
 	f := caps[name]
 	if f == nil {
@@ -43,7 +43,7 @@ func invoke(t *testing.T, caps map[string]client.CapabilityFunc, name, params st
 	return m, nil
 }
 
-func mustInvoke(t *testing.T, caps map[string]client.CapabilityFunc, name, params string) map[string]any {
+func mustInvoke(t *testing.T, caps map[string]sdk.CapabilityFunc, name, params string) map[string]any {
 	t.Helper()
 	m, perr := invoke(t, caps, name, params)
 	if perr != nil {
@@ -114,45 +114,54 @@ func TestHandlersRoundTrip(t *testing.T) {
 	}
 }
 
+// handlerErrorCase is an invocation its handler refuses with
+// INVALID_PARAMS naming field. needsDB marks those only the database can
+// refuse (an unknown id), which ValidateParams lets through.
+type handlerErrorCase struct {
+	name, capability, params string
+	field                    string
+	needsDB                  bool
+}
+
+func handlerErrorCases() []handlerErrorCase {
+	bigBody, _ := json.Marshal(strings.Repeat("b", MaxBody+1))
+	return []handlerErrorCase{
+		{"params not an object", "create", `["x"]`, "params", false},
+		{"unknown parameter", "create", `{"title":"t","body":"b","colour":"red"}`, "params.colour", false},
+		{"missing title", "create", `{"body":"b"}`, "params.title", false},
+		{"missing body", "create", `{"title":"t"}`, "params.body", false},
+		{"empty title", "create", `{"title":"","body":"b"}`, "params.title", false},
+		{"title not a string", "create", `{"title":5,"body":"b"}`, "params.title", false},
+		{"null title", "create", `{"title":null,"body":"b"}`, "params.title", false},
+		{"body too long", "create", `{"title":"t","body":` + string(bigBody) + `}`, "params.body", false},
+		{"tags not an array", "create", `{"title":"t","body":"b","tags":"a,b"}`, "params.tags", false},
+		{"tag not a string", "create", `{"title":"t","body":"b","tags":["a",1]}`, "params.tags", false},
+		{"empty tag", "create", `{"title":"t","body":"b","tags":[""]}`, "params.tags", false},
+		{"limit zero", "list", `{"limit":0}`, "params.limit", false},
+		{"limit too big", "list", `{"limit":501}`, "params.limit", false},
+		{"limit fractional", "list", `{"limit":2.5}`, "params.limit", false},
+		{"limit as string", "list", `{"limit":"10"}`, "params.limit", false},
+		{"empty query", "search", `{"query":""}`, "params.query", false},
+		{"missing query", "search", `{}`, "params.query", false},
+		{"missing id", "read", `{}`, "params.id", false},
+		{"id as string", "read", `{"id":"1"}`, "params.id", false},
+		{"id fractional", "read", `{"id":1.5}`, "params.id", false},
+		{"id overflows", "read", `{"id":1e300}`, "params.id", false},
+		{"id zero", "read", `{"id":0}`, "params.id", false},
+		{"unknown id", "read", `{"id":999}`, "params.id", true},
+		{"nothing to update", "update", `{"id":1}`, "params", false},
+		{"update empty title", "update", `{"id":1,"title":"  "}`, "params.title", false},
+		{"update unknown id", "update", `{"id":999,"body":"b"}`, "params.id", true},
+		{"delete unknown id", "delete", `{"id":999}`, "params.id", true},
+	}
+}
+
 func TestHandlerErrors(t *testing.T) {
 	st, _ := openTestStore(t)
 	caps := capabilities(st)
 	mustInvoke(t, caps, "create", `{"title":"exists","body":""}`)
-	bigBody, _ := json.Marshal(strings.Repeat("b", MaxBody+1))
 
-	tests := []struct {
-		name, capability, params string
-		field                    string
-	}{
-		{"params not an object", "create", `["x"]`, "params"},
-		{"unknown parameter", "create", `{"title":"t","body":"b","colour":"red"}`, "params.colour"},
-		{"missing title", "create", `{"body":"b"}`, "params.title"},
-		{"missing body", "create", `{"title":"t"}`, "params.body"},
-		{"empty title", "create", `{"title":"","body":"b"}`, "params.title"},
-		{"title not a string", "create", `{"title":5,"body":"b"}`, "params.title"},
-		{"null title", "create", `{"title":null,"body":"b"}`, "params.title"},
-		{"body too long", "create", `{"title":"t","body":` + string(bigBody) + `}`, "params.body"},
-		{"tags not an array", "create", `{"title":"t","body":"b","tags":"a,b"}`, "params.tags"},
-		{"tag not a string", "create", `{"title":"t","body":"b","tags":["a",1]}`, "params.tags"},
-		{"empty tag", "create", `{"title":"t","body":"b","tags":[""]}`, "params.tags"},
-		{"limit zero", "list", `{"limit":0}`, "params.limit"},
-		{"limit too big", "list", `{"limit":501}`, "params.limit"},
-		{"limit fractional", "list", `{"limit":2.5}`, "params.limit"},
-		{"limit as string", "list", `{"limit":"10"}`, "params.limit"},
-		{"empty query", "search", `{"query":""}`, "params.query"},
-		{"missing query", "search", `{}`, "params.query"},
-		{"missing id", "read", `{}`, "params.id"},
-		{"id as string", "read", `{"id":"1"}`, "params.id"},
-		{"id fractional", "read", `{"id":1.5}`, "params.id"},
-		{"id overflows", "read", `{"id":1e300}`, "params.id"},
-		{"id zero", "read", `{"id":0}`, "params.id"},
-		{"unknown id", "read", `{"id":999}`, "params.id"},
-		{"nothing to update", "update", `{"id":1}`, "params"},
-		{"update empty title", "update", `{"id":1,"title":"  "}`, "params.title"},
-		{"update unknown id", "update", `{"id":999,"body":"b"}`, "params.id"},
-		{"delete unknown id", "delete", `{"id":999}`, "params.id"},
-	}
-	for _, tt := range tests {
+	for _, tt := range handlerErrorCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			res, perr := invoke(t, caps, tt.capability, tt.params)
 			if perr == nil {
@@ -165,6 +174,69 @@ func TestHandlerErrors(t *testing.T) {
 				t.Errorf("data.field = %v (%v), want %q", got, perr, tt.field)
 			}
 		})
+	}
+}
+
+// validate refuses what the handlers refuse, with the same error, except
+// what only the database knows; it accepts what they accept.
+func TestValidate(t *testing.T) {
+	st, _ := openTestStore(t)
+	caps := capabilities(st)
+	mustInvoke(t, caps, "create", `{"title":"exists","body":""}`)
+	for _, tt := range handlerErrorCases() {
+		t.Run(tt.name, func(t *testing.T) {
+			err := validate(t.Context(), tt.capability, json.RawMessage(tt.params))
+			if tt.needsDB {
+				if err != nil {
+					t.Errorf("validate(%s, %s) = %v, want nil: only the database knows", tt.capability, tt.params, err)
+				}
+				return
+			}
+			_, want := invoke(t, caps, tt.capability, tt.params)
+			if diff := cmp.Diff(want, api.AsError(err)); diff != "" {
+				t.Errorf("validate(%s, %.60s) vs the handler's error (-handler +validate):\n%s", tt.capability, tt.params, diff)
+			}
+		})
+	}
+	for name, params := range map[string]string{
+		"create": `{"title":"t","body":"","tags":["a"]}`,
+		"delete": `{"id":1}`,
+		"list":   ``,
+		"read":   `{"id":2.0}`,
+		"search": `{"query":"x","limit":3}`,
+		"update": `{"id":1,"tags":[]}`,
+	} {
+		if err := validate(t.Context(), name, json.RawMessage(params)); err != nil {
+			t.Errorf("validate(%s, %s) = %v, want nil", name, params, err)
+		}
+	}
+	if _, ok := validators["nope"]; ok || len(validators) != len(accepts) {
+		t.Errorf("validators cover %d capabilities, want the %d of accepts", len(validators), len(accepts))
+	}
+	for name := range accepts {
+		if validators[name] == nil {
+			t.Errorf("no validator for %s", name)
+		}
+	}
+}
+
+func TestState(t *testing.T) {
+	st, _ := openTestStore(t)
+	caps := capabilities(st)
+	report := state(st, "/home/u/notes.db")
+	got, err := report(t.Context())
+	if diff := cmp.Diff(map[string]any{"notes": int64(0), "db": "/home/u/notes.db"}, got); err != nil || diff != "" {
+		t.Errorf("state of an empty store: %v, (-want +got):\n%s", err, diff)
+	}
+	mustInvoke(t, caps, "create", `{"title":"a","body":""}`)
+	mustInvoke(t, caps, "create", `{"title":"b","body":""}`)
+	mustInvoke(t, caps, "delete", `{"id":1}`)
+	if got, err := report(t.Context()); err != nil || got["notes"] != int64(1) {
+		t.Errorf("state after two creates and a delete: %v, %v; want 1 note", got, err)
+	}
+	st.Close()
+	if _, err := report(t.Context()); !errors.Is(err, api.ErrInternal) {
+		t.Errorf("state of a closed store: %v, want INTERNAL_ERROR", err)
 	}
 }
 

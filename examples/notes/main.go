@@ -1,6 +1,10 @@
 // Command notes is a small notes app, kept in a SQLite file, that serves
 // its notes to agents through pcpd: create, list, search, read, update
-// and delete, declared in the signed manifest given with --manifest.
+// and delete, declared in the signed manifest given with --manifest. It
+// is a Tier 1 app: it asks pcpd, on the agent socket, for a per-app
+// socket and serves the PcpServer contract there with package sdk,
+// answering parameter checks and state queries ({"notes": count, "db":
+// path}) as well as invocations.
 //
 //	notes --manifest ~/.local/state/pcp-notes/manifest.signed.json
 //
@@ -17,10 +21,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"syscall"
 
 	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/sdk"
 )
 
 type config struct {
@@ -51,7 +57,8 @@ func main() {
 	}
 }
 
-// run serves the notes until ctx is cancelled, which is not an error.
+// run serves the notes until ctx is cancelled or pcpd shuts the app
+// down (a revocation), neither of which is an error.
 func run(ctx context.Context, cfg config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	raw, err := os.ReadFile(cfg.manifest)
@@ -68,16 +75,26 @@ func run(ctx context.Context, cfg config) error {
 		return fmt.Errorf("manifest %s: %w", cfg.manifest, err)
 	}
 
-	log.Info("serving notes", "app_id", AppID, "socket", cfg.socket, "db", cfg.db)
-	app := &client.App{
-		AppID:        AppID,
-		Manifest:     raw,
-		Capabilities: caps,
-		Socket:       cfg.socket,
-		Logger:       log,
+	db, err := filepath.Abs(cfg.db)
+	if err != nil {
+		db = cfg.db
 	}
-	if err := app.Run(ctx); err != nil {
-		return fmt.Errorf("serving %s on %s: %w", AppID, cfg.socket, err)
+	log.Info("serving notes", "app_id", AppID, "socket", cfg.socket, "db", db)
+	app := &sdk.App{
+		AppID:          AppID,
+		SignedManifest: raw,
+		Capabilities:   caps,
+		Validate:       validate,
+		State:          state(st, db),
+	}
+	err = app.Serve(ctx, &sdk.Options{AgentSocket: cfg.socket, Logger: log})
+	var shutdown *sdk.ShutdownError
+	switch {
+	case errors.As(err, &shutdown):
+		log.Warn("pcpd shut the notes app down", "reason", shutdown.Reason)
+		return nil
+	case err != nil:
+		return fmt.Errorf("serving %s through %s: %w", AppID, cfg.socket, err)
 	}
 	return nil
 }
@@ -86,7 +103,7 @@ func run(ctx context.Context, cfg config) error {
 // exactly the capabilities caps serves, so that a stale or foreign
 // manifest fails here, with a clear message, and not at the first
 // invocation.
-func checkManifest(raw []byte, caps map[string]client.CapabilityFunc) error {
+func checkManifest(raw []byte, caps map[string]sdk.CapabilityFunc) error {
 	var m struct {
 		AppID        *string `json:"app_id"`
 		Capabilities []struct {

@@ -296,11 +296,8 @@ func (s *Store) List(ctx context.Context, tag string, limit int) ([]Summary, err
 // ignoring the case of ASCII letters; title matches first, then most
 // recently updated first. Each carries a snippet around the first match.
 func (s *Store) Search(ctx context.Context, query string, limit int) ([]Summary, error) {
-	if strings.TrimSpace(query) == "" {
-		return nil, fieldErrorf("query", "must not be empty")
-	}
-	if len(query) > MaxQuery {
-		return nil, fieldErrorf("query", "is %d bytes, want at most %d", len(query), MaxQuery)
+	if err := checkQuery(query); err != nil {
+		return nil, err
 	}
 	if err := checkLimit(limit); err != nil {
 		return nil, err
@@ -358,7 +355,7 @@ func (s *Store) summaries(ctx context.Context, query string, args []any, withBod
 // an error: an update that changes nothing is a caller's mistake.
 func (s *Store) Update(ctx context.Context, id int64, p Patch) (*Note, error) {
 	if p.Title == nil && p.Body == nil && p.Tags == nil {
-		return nil, fieldErrorf("", "nothing to update: give title, body or tags")
+		return nil, errNothingToUpdate()
 	}
 	var sets []string
 	var args []any
@@ -417,6 +414,15 @@ func (s *Store) Update(ctx context.Context, id int64, p Patch) (*Note, error) {
 	return n, nil
 }
 
+// Count returns how many notes there are.
+func (s *Store) Count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM notes`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting notes: %w", err)
+	}
+	return n, nil
+}
+
 // Delete removes note id, or returns a *NotFoundError.
 func (s *Store) Delete(ctx context.Context, id int64) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM notes WHERE id = ?`, id)
@@ -438,6 +444,43 @@ func setTags(ctx context.Context, tx *sql.Tx, id int64, tags []string) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO note_tags (note_id, tag, pos) VALUES (?, ?, ?)`, id, t, i); err != nil {
 			return fmt.Errorf("tagging note %d: %w", id, err)
 		}
+	}
+	return nil
+}
+
+// checkNote applies the rules of Create and Update to the fields given,
+// skipping nil ones, in the order those methods apply them; it changes
+// nothing.
+func checkNote(title, body *string, tags *[]string) error {
+	if title != nil {
+		if _, err := checkTitle(*title); err != nil {
+			return err
+		}
+	}
+	if body != nil {
+		if err := checkBody(*body); err != nil {
+			return err
+		}
+	}
+	if tags != nil {
+		if _, err := checkTags(*tags); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errNothingToUpdate refuses an empty Patch.
+func errNothingToUpdate() error {
+	return fieldErrorf("", "nothing to update: give title, body or tags")
+}
+
+func checkQuery(query string) error {
+	if strings.TrimSpace(query) == "" {
+		return fieldErrorf("query", "must not be empty")
+	}
+	if len(query) > MaxQuery {
+		return fieldErrorf("query", "is %d bytes, want at most %d", len(query), MaxQuery)
 	}
 	return nil
 }

@@ -135,6 +135,20 @@ func TestRun(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != api.CodeInvalidParams || pe.Message != "no note 41" || pe.DataMap()["field"] != "params.id" {
 		t.Errorf("read 41: %v, want INVALID_PARAMS no note 41 on params.id", err)
 	}
+	// Before asking the user to confirm a delete, the daemon has the app
+	// check the parameters (ValidateParams): a note id the app refuses
+	// is refused at once, with no confirmation.
+	_, err = cl.InvokeCapability(ctx, &api.InvokeCapabilityParams{
+		CapabilityID: AppID + ".delete", AppID: AppID, Params: json.RawMessage(`{"id":0}`),
+	})
+	if !errors.As(err, &pe) || pe.Code != api.CodeInvalidParams || pe.Message != "no note 0: ids start at 1" {
+		t.Errorf("delete 0: %v, want the app's INVALID_PARAMS no note 0: ids start at 1", err)
+	}
+	// The app's dynamic state (QueryState), narrowed to one key.
+	state, err := cl.AppState(ctx, &api.AppsStateParams{AppID: AppID, Keys: []string{"notes"}})
+	if err != nil || string(state.State) != `{"notes":1}` {
+		t.Errorf("apps.state notes: %+v, %v; want {\"notes\":1}", state, err)
+	}
 	// delete needs the user's confirmation; the daemon says so and the
 	// note stays.
 	_, err = cl.InvokeCapability(ctx, &api.InvokeCapabilityParams{

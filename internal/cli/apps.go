@@ -120,7 +120,33 @@ this, so the request goes over the control socket (--control-socket).`,
 				return err
 			}),
 		},
+		e.appsStateCommand(),
 	)
+	return cmd
+}
+
+func (e *env) appsStateCommand() *cobra.Command {
+	var keys []string
+	cmd := &cobra.Command{
+		Use:   "state APP_ID",
+		Short: "Show the dynamic state a Tier 1 app reports (apps.state)",
+		Long: `Ask an app served on its Tier 1 per-app socket for its dynamic state
+(QueryState) and print it as JSON. --key narrows it to top-level keys.`,
+		Args: cobra.ExactArgs(1),
+		RunE: e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+			res, err := once(ctx, e, false, api.MethodAppsState, func(ctx context.Context, cl *client.Client) (*api.AppsStateResult, error) {
+				return cl.AppState(ctx, &api.AppsStateParams{AppID: args[0], Keys: keys})
+			})
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return printJSON(e.stdout, res)
+			}
+			return printJSON(e.stdout, res.State)
+		}),
+	}
+	cmd.Flags().StringSliceVar(&keys, "key", nil, "only these top-level keys (repeatable)")
 	return cmd
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/cli"
 	"github.com/pcp-dev/pcp/internal/daemon"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // testDaemon is a real pcpd serving on sockets in a short temporary
@@ -428,26 +429,8 @@ func TestEventsHistory(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while pcpctl writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor polls until s contains want.
-func waitFor(t *testing.T, s *syncBuffer, want string) {
+func waitFor(t *testing.T, s *testkit.SyncBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(s.String(), want) {
@@ -459,8 +442,8 @@ func waitFor(t *testing.T, s *syncBuffer, want string) {
 }
 
 // follow starts `pcpctl events --follow` in the background.
-func (d *testDaemon) follow(ctx context.Context, args ...string) (stdout, stderr *syncBuffer, done <-chan error) {
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+func (d *testDaemon) follow(ctx context.Context, args ...string) (stdout, stderr *testkit.SyncBuffer, done <-chan error) {
+	stdout, stderr = &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 	errc := make(chan error, 1)
 	go func() {
 		errc <- cli.Run(ctx, d.args(append([]string{"events", "--follow"}, args...)...), nil, stdout, stderr)

@@ -6,8 +6,18 @@
 // Every method takes the caller's *Session from the context (WithSession);
 // a call without one acts as an anonymous agent with the least privilege.
 //
+// Every invocation, whichever face it came from (invoke.capability,
+// spec 001's ExecuteRequest, a queued job), runs one pipeline: resolve the
+// owner, apply limits, parameters and the trust level (confirmation,
+// deferral), execute under the capability's timeout, audit, publish. The
+// execution step is spec 001's dispatch, in this order (see dispatch.go):
+// in-process services; the system and compositor domains through the
+// PlatformAdapter; an app's native channel (a Tier 1 socket or a JSON-RPC
+// connection serving it); else the AccessibilityAdapters (the AT-SPI2
+// path), by priority. The audit entry of each invocation names the route.
+//
 // Concurrency: Broker's methods are safe for concurrent use. b.mu guards
-// the registry (apps, caps, revoked, adapters, sessions, subs). b.evMu
+// the registry (apps, caps, revoked, adapters, access, sessions, subs). b.evMu
 // serialises event publication so sequence numbers reach every subscriber
 // in order. b.confMu guards confirmations, b.jobMu queued jobs, a
 // Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
@@ -115,9 +125,15 @@ type Broker struct {
 	caps     map[string]*capEntry // by capability id
 	revoked  map[string]store.Revocation
 	adapters []*adapterEntry
-	sessions map[string]*Session
-	subs     map[string]*subscription
-	closed   bool
+	// access are the accessibility adapters in the order they are asked.
+	// The slice is replaced, never modified in place, so a copy of its
+	// header taken under b.mu stays valid after unlocking.
+	access []*accessEntry
+	// appSockets opens Tier 1 per-app sockets; nil when not offered.
+	appSockets AppSocketOpener
+	sessions   map[string]*Session
+	subs       map[string]*subscription
+	closed     bool
 
 	evMu   sync.Mutex
 	evSeq  int64

@@ -116,23 +116,9 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 		}
 		return nil, err
 	}
-	if strings.HasPrefix(p.AppID, ReservedPrefix) {
-		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID}, "app id namespace %q is reserved for the daemon", ReservedPrefix))
-	}
-	m, err := manifest.Parse(p.AppID, p.Manifest)
+	m, signed, publisher, err := b.checkManifest(p.AppID, p.Manifest)
 	if err != nil {
 		return fail(err)
-	}
-	signed, publisher := false, ""
-	if m.Signature == "" && b.cfg.AllowUnsigned {
-		// Development mode: accepted, recorded as unsigned.
-	} else {
-		ts, _ := manifest.LoadTrustDir(b.cfg.TrustDir)
-		publisher, err = ts.Verify(p.AppID, p.Manifest)
-		if err != nil {
-			return fail(err)
-		}
-		signed = true
 	}
 	serve := p.Serve == nil || *p.Serve
 	if sess == nil || sess.peer == nil {
@@ -351,7 +337,11 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 		}
 	}
 	for s := range owners {
-		s.closeGracefully()
+		reason := "revoked by the user"
+		if p.Reason != "" {
+			reason += ": " + p.Reason
+		}
+		s.shutdown(reason)
 	}
 	return &api.RevokeAppResult{Revoked: true, TerminatedSubscriptions: len(ended)}, nil
 }

@@ -152,6 +152,17 @@ func (s *Session) closeGracefully() {
 	s.Close()
 }
 
+// shutdown tells the app behind the session to shut down, saying why,
+// where its transport can (a Tier 1 socket's AppShutdown); otherwise it
+// closes the connection gracefully.
+func (s *Session) shutdown(reason string) {
+	if sd, ok := s.peer.(Shutdowner); ok {
+		sd.Shutdown(reason)
+		return
+	}
+	s.closeGracefully()
+}
+
 func (b *Broker) closeSession(s *Session) {
 	b.mu.Lock()
 	delete(b.sessions, s.ID)

@@ -12,9 +12,9 @@ package daemon
 // in the latency. Each benchmark reports p50-µs and p99-µs (per-op round
 // trip, from the client's clock), the concurrent and pipelined ones ops/s.
 //
-// Setting PCP_BENCH_DAEMON_PROFILE to a directory makes every daemon child
-// write a CPU profile there (daemon-<pid>.pprof), for
-// `go tool pprof -top daemon.test <dir>/*.pprof`.
+// Setting PCP_BENCH_DAEMON_PROFILE to a directory makes every daemon and
+// Tier 1 app child write a CPU profile there (<role>-<pid>.pprof), for
+// `go tool pprof -top daemon.test <dir>/daemon-*.pprof`.
 
 import (
 	"bufio"
@@ -42,6 +42,7 @@ import (
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/jsonrpc"
+	"github.com/pcp-dev/pcp/sdk"
 )
 
 // Environment of a benchmark child process.
@@ -101,39 +102,47 @@ func runBenchChild() {
 	}()
 	dir := os.Getenv(benchDirEnv)
 	var err error
+	if pdir := os.Getenv(benchProfileEnv); pdir != "" && role != "echo" {
+		f, err := os.Create(filepath.Join(pdir, fmt.Sprintf("%s-%d.pprof", role, os.Getpid())))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	switch role {
 	case "daemon":
 		err = benchDaemon(ctx, dir)
 	case "echo":
 		err = benchEcho(ctx, filepath.Join(dir, "pcp.sock"))
+	case "tier1app":
+		err = benchTier1App(ctx, filepath.Join(dir, "pcp.sock"))
 	default:
 		err = fmt.Errorf("unknown %s %q", benchRoleEnv, role)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench %s: %v\n", role, err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+	pprof.StopCPUProfile()
 	os.Exit(0)
 }
 
 // benchDaemon runs pcpd in dir until ctx is cancelled.
 func benchDaemon(ctx context.Context, dir string) error {
-	if pdir := os.Getenv(benchProfileEnv); pdir != "" {
-		f, err := os.Create(filepath.Join(pdir, fmt.Sprintf("daemon-%d.pprof", os.Getpid())))
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	return Run(ctx, Config{
 		Socket:   filepath.Join(dir, "pcp.sock"),
 		StateDir: filepath.Join(dir, "state"),
 		TrustDir: filepath.Join(dir, "trust"),
 		Logger:   slog.New(slog.DiscardHandler),
+		// The Tier 1 benchmark app's manifest is unsigned.
+		AllowUnsigned: true,
 		// Limits far above any rate reached: the checks run, none trips.
 		RateLimits: &core.RateLimits{PerApp: 1e9, PerAppBurst: 1e9, PerConnection: 1e9, PerConnectionBurst: 1e9},
 	})
@@ -179,6 +188,25 @@ func benchEcho(ctx context.Context, path string) error {
 	}
 }
 
+// benchTier1AppID is the Tier 1 app of BenchmarkTier1Execute; its one
+// capability, echo, returns its params.
+const benchTier1AppID = "org.pcp.bench"
+
+var benchTier1Manifest = json.RawMessage(`{"version":"1.0","capabilities":[{"name":"echo","tier":1,"trust_level":"auto",` +
+	`"parameters":[{"name":"payload","type":"object","required":false}]}],"signature":""}`)
+
+// benchTier1App serves benchTier1AppID through the SDK until ctx ends.
+func benchTier1App(ctx context.Context, agentSocket string) error {
+	app := &sdk.App{
+		AppID:          benchTier1AppID,
+		SignedManifest: benchTier1Manifest,
+		Capabilities: map[string]sdk.CapabilityFunc{
+			"echo": func(_ context.Context, params json.RawMessage) (any, error) { return params, nil },
+		},
+	}
+	return app.Serve(ctx, &sdk.Options{AgentSocket: agentSocket})
+}
+
 // startBenchChild starts this test binary in role with a fresh directory
 // and returns the socket path once it accepts connections. The child is
 // stopped in b.Cleanup.
@@ -189,7 +217,32 @@ func startBenchChild(b *testing.B, role string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "pcp.sock")
+	exited := spawnBenchChild(b, role, dir)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			return sock
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			b.Fatalf("%s child exited before serving %s: %v", role, sock, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s child not accepting on %s after 20s: %v", role, sock, err)
+		}
+	}
+}
+
+// spawnBenchChild starts this test binary in role on dir; the channel
+// delivers its exit. The child is stopped (its stdin closed) in b.Cleanup.
+func spawnBenchChild(b *testing.B, role, dir string) chan error {
+	b.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), benchRoleEnv+"="+role, benchDirEnv+"="+dir)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -210,25 +263,8 @@ func startBenchChild(b *testing.B, role string) string {
 			cmd.Process.Kill()
 			<-exited
 		}
-		os.RemoveAll(dir)
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("unix", sock)
-		if err == nil {
-			c.Close()
-			return sock
-		}
-		select {
-		case err := <-exited:
-			exited <- err
-			b.Fatalf("%s child exited before serving %s: %v", role, sock, err)
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s child not accepting on %s after 20s: %v", role, sock, err)
-		}
-	}
+	return exited
 }
 
 // reportLatency reports the p50 and p99 of the per-op round trips.
@@ -475,6 +511,56 @@ func BenchmarkFramedExecute(b *testing.B) {
 		lat[i] = time.Since(t0)
 		if res.Status != api.StatusSuccess {
 			b.Fatalf("status %q", res.Status)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// BenchmarkTier1Execute is a Tier 1 invocation end to end: a framed
+// ExecuteRequest from this process to pcpd, InvokeCapability from pcpd to
+// a Tier 1 app (the SDK, in a third process) over its per-app socket, and
+// the CapabilityResultMsg and ExecuteResponse back, audit included. Each
+// round trip crosses two process boundaries twice; the baseline is
+// BenchmarkRawEcho, which crosses one twice.
+func BenchmarkTier1Execute(b *testing.B) {
+	sock := startBenchChild(b, "daemon")
+	exited := spawnBenchChild(b, "tier1app", filepath.Dir(sock))
+	fc, err := client.DialFramed(context.Background(), sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fc.Close() })
+	ctx := context.Background()
+	capID := benchTier1AppID + ".echo"
+	params := json.RawMessage(`{"payload":{"n":1}}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := fc.Execute(ctx, capID, params, false)
+		if err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			b.Fatalf("the Tier 1 app exited: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the Tier 1 app never served: %v", err)
+		}
+	}
+	lat := make([]time.Duration, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		res, err := fc.Execute(ctx, capID, params, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat[i] = time.Since(t0)
+		if res.Status != api.StatusSuccess || string(res.Data) != string(params) {
+			b.Fatalf("result %+v (data %s)", res, res.Data)
 		}
 	}
 	b.StopTimer()

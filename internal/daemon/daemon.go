@@ -21,11 +21,13 @@ import (
 	"github.com/pcp-dev/pcp/internal/jsonrpc"
 
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/face/appsock"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
 	"github.com/pcp-dev/pcp/internal/face/stream"
 	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // Config is pcpd's configuration.
@@ -34,6 +36,9 @@ type Config struct {
 	Socket string
 	// ControlSocket is the user's socket (pcpctl acting as the user).
 	ControlSocket string
+	// AppSocketDir holds the Tier 1 per-app sockets; empty means "apps"
+	// beside the agent socket.
+	AppSocketDir string
 	// StateDir holds pcp.db.
 	StateDir string
 	// TrustDir holds trusted publisher keys.
@@ -82,6 +87,9 @@ func (c *Config) Defaults() error {
 	}
 	if c.ControlSocket == "" {
 		c.ControlSocket = filepath.Join(filepath.Dir(c.Socket), "control.sock")
+	}
+	if c.AppSocketDir == "" {
+		c.AppSocketDir = filepath.Join(filepath.Dir(c.Socket), "apps")
 	}
 	if c.StateDir == "" {
 		c.StateDir = filepath.Join(state, "pcp")
@@ -153,11 +161,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	face := rpc.NewServer(b, rpc.Options{MaxLine: cfg.MaxLine, Token: token, Logger: log})
 
-	agentL, err := listenUnix(cfg.Socket)
+	agentL, err := unixsock.Listen(cfg.Socket)
 	if err != nil {
 		return err
 	}
-	controlL, err := listenUnix(cfg.ControlSocket)
+	controlL, err := unixsock.Listen(cfg.ControlSocket)
 	if err != nil {
 		agentL.Close()
 		return err
@@ -173,6 +181,9 @@ func Run(ctx context.Context, cfg Config) error {
 		listeners = append(listeners, tcpL)
 	}
 
+	apps := appsock.New(b, cfg.AppSocketDir, log)
+	b.SetAppSockets(apps)
+
 	srv := &server{face: face, stream: stream.NewServer(b, stream.Options{Logger: log}), log: log, self: os.Getuid(), conns: map[net.Conn]struct{}{}}
 	var wg sync.WaitGroup
 	serve := func(l net.Listener, role core.Role) {
@@ -186,7 +197,7 @@ func Run(ctx context.Context, cfg Config) error {
 		wg.Add(1)
 		go serve(tcpL, core.RoleAgent)
 	}
-	log.Info("pcpd ready", "socket", cfg.Socket, "control", cfg.ControlSocket, "state", cfg.StateDir, "trust", cfg.TrustDir, "tcp", cfg.TCPAddr)
+	log.Info("pcpd ready", "socket", cfg.Socket, "app_sockets", cfg.AppSocketDir, "control", cfg.ControlSocket, "state", cfg.StateDir, "trust", cfg.TrustDir, "tcp", cfg.TCPAddr)
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -218,6 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 		l.Close()
 	}
 	srv.closeAll()
+	apps.Close()
 	wg.Wait()
 	srv.wait()
 	return nil
@@ -249,8 +261,8 @@ func (s *server) acceptLoop(l net.Listener, role core.Role) {
 		switch cc := c.(type) {
 		case *net.UnixConn:
 			info.Transport = "unix"
-			uid, pid, err := peerCred(cc)
-			if err != nil || !allowPeer(uid, s.self) {
+			uid, pid, err := unixsock.PeerCred(cc)
+			if err != nil || !unixsock.AllowPeer(uid, s.self) {
 				s.log.Warn("refused connection from another user", "uid", uid, "pid", pid, "err", err)
 				refuse(c, uid)
 				continue

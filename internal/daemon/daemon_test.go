@@ -20,6 +20,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/frame"
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // A child process of this test binary, run as another user, dials the
@@ -171,7 +172,7 @@ func TestTCPNeedsToken(t *testing.T) {
 }
 
 func TestAllowPeer(t *testing.T) {
-	if !allowPeer(1000, 1000) || allowPeer(1001, 1000) || allowPeer(0, 1000) {
+	if !unixsock.AllowPeer(1000, 1000) || unixsock.AllowPeer(1001, 1000) || unixsock.AllowPeer(0, 1000) {
 		t.Error("allowPeer must accept exactly the daemon's own uid")
 	}
 }

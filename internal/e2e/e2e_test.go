@@ -28,6 +28,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 const notesApp = "org.pcp.notes"
@@ -179,31 +180,14 @@ func cleanEnv() []string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testkit.SyncBuffer
 	done chan struct{}
 	err  error // valid after done is closed
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func (w *world) start(name string, args ...string) *proc {
 	w.t.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &testkit.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin(w.t, name), args...)
 	p.cmd.Env = w.env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -837,4 +821,97 @@ func TestPolicySIGHUP(t *testing.T) {
 		r := w.pcpctl("invoke", notesApp+".create", "title=x", "body=y")
 		return r.code == 0, r.String()
 	})
+}
+
+// TestTier1Faults: the notes app is a Tier 1 app on its per-app socket.
+// Stopped mid-invocation it costs the caller the capability's timeout
+// (504 on the framed face); killed mid-invocation the caller is told at
+// once (APP_UNRESPONSIVE); restarted, it reconnects and serves; and the
+// daemon serves everyone else throughout.
+func TestTier1Faults(t *testing.T) {
+	w := newWorld(t)
+	// A short timeout for list; long liveness checks, so that the hang is
+	// found by the invocation's own deadline.
+	path := filepath.Join(w.config, "pcp", "policy.toml")
+	if err := os.WriteFile(path, []byte("[apps.\"org.pcp.notes\".capabilities.list]\ntimeout = \"1s\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.pcpdArgs = []string{"--liveness-interval", "1h"}
+	w.startPCPD()
+	w.startNotes()
+
+	// The app's socket is where apps.socket said, and invocations take
+	// the native route.
+	if _, err := os.Stat(filepath.Join(w.runtime, "pcp", "apps", notesApp+".sock")); err != nil {
+		t.Fatalf("per-app socket: %v", err)
+	}
+	var listed notesList
+	w.invoke(&listed, "list")
+	var tail api.AuditTailResult
+	w.pcpctlJSON(&tail, "audit", "tail", "-n", "1")
+	var detail struct{ Route string }
+	if len(tail.Entries) == 1 {
+		json.Unmarshal(tail.Entries[0].Detail, &detail)
+	}
+	if detail.Route != "native" {
+		t.Fatalf("last audit entry %+v, want the native route", tail.Entries)
+	}
+
+	// Hung: SIGSTOP, then an execution over the framed face.
+	if err := w.notes.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := w.pcpctl("--framed", "invoke", notesApp+".list")
+	if r.code == 0 || !strings.Contains(r.stderr, "EXECUTION_TIMEOUT") || !strings.Contains(r.stderr, "504") {
+		t.Fatalf("invoke of a stopped app: %s", r)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond || d > 10*time.Second {
+		t.Errorf("EXECUTION_TIMEOUT after %v, want about the 1 s timeout", d)
+	}
+	w.mustPCPCTL("invoke", "pcp.inspection.ping")
+
+	// Crash with an invocation in flight: the caller learns at once.
+	type outcome struct {
+		r  result
+		at time.Duration
+	}
+	done := make(chan outcome, 1)
+	start = time.Now()
+	go func() {
+		r := w.pcpctl("invoke", notesApp+".search", "query=x")
+		done <- outcome{r, time.Since(start)}
+	}()
+	// The app is still stopped, so the search waits in the daemon for its
+	// 30 s timeout. Nothing outside shows an invocation in flight; half a
+	// second is ample for pcpctl to start and send. Were the kill to come
+	// first, the answer would be APP_NOT_FOUND and the test would fail.
+	time.Sleep(500 * time.Millisecond)
+	if err := w.notes.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-done:
+		if o.r.code == 0 || !strings.Contains(o.r.stderr, "APP_UNRESPONSIVE") {
+			t.Fatalf("invoke when the app died: %s", o.r)
+		}
+		if o.at > 5*time.Second {
+			t.Errorf("the caller waited %v for a dead app", o.at)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the invocation in flight never returned after the app died")
+	}
+	<-w.notes.done
+	w.mustPCPCTL("invoke", "pcp.inspection.ping")
+	r = w.pcpctl("invoke", notesApp+".list")
+	if r.code == 0 || !strings.Contains(r.stderr, "APP_NOT_FOUND") {
+		t.Fatalf("invoke of a dead app: %s", r)
+	}
+
+	// Restarted, it reconnects to its socket and serves again.
+	w.startNotes()
+	w.invoke(&listed, "list")
+	if v := w.auditVerify(); !v.OK {
+		t.Fatalf("audit chain: %+v", v)
+	}
 }

@@ -114,6 +114,8 @@ type Reader struct {
 	hdr [HeaderLen]byte
 	buf []byte // payload buffer, reused; grows to the largest frame read, at most max
 	err error  // sticky: set once the stream is known to be out of sync
+	// failFast: an oversized payload ends the stream (see FailFast).
+	failFast bool
 }
 
 // NewReader returns a Reader that accepts payloads of at most maxPayload
@@ -124,6 +126,13 @@ func NewReader(r io.Reader, maxPayload int) *Reader {
 	}
 	return &Reader{r: r, max: maxPayload}
 }
+
+// FailFast makes an oversized payload end the stream rather than be
+// skipped: Next returns the *TooLargeError at once, without reading the
+// payload, and returns it again on every later call. It suits a peer that
+// has no business sending such a frame, where staying in sync is worth
+// nothing and waiting for a megabyte of garbage is worth less.
+func (r *Reader) FailFast() { r.failFast = true }
 
 // MaxPayload returns the Reader's payload bound.
 func (r *Reader) MaxPayload() int { return r.max }
@@ -166,6 +175,10 @@ func (r *Reader) Next() (Frame, error) {
 			return Frame{}, err
 		}
 		return Frame{}, e
+	}
+	if tooLarge && r.failFast {
+		r.err = &TooLargeError{Type: t, Length: n, Max: r.max}
+		return Frame{Type: t}, r.err
 	}
 	if tooLarge {
 		if err := r.discard(n); err != nil {

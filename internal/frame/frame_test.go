@@ -178,6 +178,26 @@ func TestOversizedSkipped(t *testing.T) {
 	}
 }
 
+func TestOversizedFailFast(t *testing.T) {
+	// Only the header is sent: a fail-fast reader must not wait for the
+	// payload.
+	var hdr [HeaderLen]byte
+	hdr[0] = byte(ManifestResponse)
+	hdr[1], hdr[2], hdr[3], hdr[4] = 0x00, 0x10, 0x00, 0x01
+	pr, pw := io.Pipe()
+	go pw.Write(hdr[:])
+	defer pw.Close()
+	r := NewReader(pr, 1<<20)
+	r.FailFast()
+	for i := range 2 {
+		f, err := r.Next()
+		var tl *TooLargeError
+		if !errors.As(err, &tl) || tl.Length != 1<<20+1 || tl.Type != ManifestResponse || (i == 0 && f.Type != ManifestResponse) {
+			t.Fatalf("call %d: Next() = %s, %v; want ManifestResponse, *TooLargeError of 1048577 bytes", i+1, f.Type, err)
+		}
+	}
+}
+
 func TestUnknownTagSkipped(t *testing.T) {
 	for _, tag := range []uint8{0, 28, 200, 255} {
 		in := stream(Frame{Type(tag), []byte("junk")}, Frame{Ping, nil})

@@ -59,6 +59,8 @@ func noParams[R any](f func(b *core.Broker, ctx context.Context) (*R, error)) fu
 var methods = []method{
 	{name: api.MethodAppsAllow, userOnly: true, call: typed((*core.Broker).AllowApp)},
 	{name: api.MethodAppsList, call: noParams((*core.Broker).Apps)},
+	{name: api.MethodAppsSocket, call: typed((*core.Broker).AppSocket)},
+	{name: api.MethodAppsState, call: typed((*core.Broker).AppState)},
 	{name: api.MethodAuditTail, call: typed((*core.Broker).AuditTail)},
 	{name: api.MethodAuditVerify, call: noParams((*core.Broker).AuditVerify)},
 	{name: api.MethodConfirmApprove, userOnly: true, call: typed((*core.Broker).ApproveConfirmation)},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -19,11 +20,13 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/face/appsock"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
 	"github.com/pcp-dev/pcp/internal/frame"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
+	"github.com/pcp-dev/pcp/internal/tier1"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
@@ -36,11 +39,19 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts' expecte
 //	NAME< TYPE JSON       the next frame NAME receives is exactly this one
 //	rpc:NAME> JSON        send a JSON-RPC line on a JSON-RPC connection
 //	rpc:NAME< JSON        the next line it receives
+//	app:ID> TYPE {JSON}   on app ID's Tier 1 per-app socket, send a frame
+//	                      whose CBOR payload encodes the JSON (the
+//	                      internal/tier1 struct of TYPE, by field name)
+//	app:ID> TYPE HEX      send a frame with this payload, in hex
+//	app:ID< TYPE HEX      the next frame the app receives; what follows
+//	                      " ; " is the payload decoded, for the reader
 //
 // A frame line stands for its exact bytes: the tag, the four-byte
 // big-endian length and the payload as written. Names starting with
-// "user" are the user's control socket. The broker runs on a fixed clock
-// with deterministic ids.
+// "user" are the user's control socket. An app connection dials the real
+// per-app socket the daemon opened for it (apps.socket first); the socket
+// directory reads as $APPS in JSON-RPC lines. The broker runs on a fixed
+// clock with deterministic ids.
 func TestGolden(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txtar")
 	if len(files) == 0 {
@@ -55,6 +66,7 @@ type env struct {
 	t      *testing.T
 	stream *Server
 	rpc    *rpc.Server
+	apps   *appsock.Server
 	conns  map[string]net.Conn
 	wg     sync.WaitGroup
 }
@@ -85,11 +97,23 @@ func newEnv(t *testing.T) *env {
 	if err := b.AddService(inspection.New(b)); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), conns: map[string]net.Conn{}}
+	apps := appsock.New(b, filepath.Join(t.TempDir(), "apps"), nil)
+	b.SetAppSockets(apps)
+	t.Cleanup(func() { apps.Close() })
+	return &env{t: t, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), apps: apps, conns: map[string]net.Conn{}}
 }
 
 func (e *env) conn(name string) net.Conn {
 	if c, ok := e.conns[name]; ok {
+		return c
+	}
+	if appID, ok := strings.CutPrefix(name, "app:"); ok {
+		appID, _, _ = strings.Cut(appID, "#") // app:ID#2 is a second connection
+		c, err := net.Dial("unix", e.apps.SocketPath(appID))
+		if err != nil {
+			e.t.Fatalf("dialing the per-app socket of %s: %v", appID, err)
+		}
+		e.conns[name] = c
 		return c
 	}
 	client, server := testkit.SocketPair(e.t)
@@ -143,9 +167,18 @@ func runGolden(t *testing.T, file string) {
 		c := e.conn(name)
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		isRPC := strings.HasPrefix(name, "rpc:")
+		isApp := strings.HasPrefix(name, "app:")
 		switch {
 		case op == '>' && isRPC:
 			io.WriteString(c, rest+"\n")
+		case op == '>' && isApp && !strings.HasPrefix(rest, "hex: "):
+			f, err := parseAppFrame(rest)
+			if err != nil {
+				t.Fatalf("%s:%d: %v", file, i+1, err)
+			}
+			if _, err := c.Write(frame.Append(nil, f)); err != nil {
+				t.Fatalf("%s:%d: write: %v", file, i+1, err)
+			}
 		case op == '>':
 			var b []byte
 			if h, ok := strings.CutPrefix(rest, "hex: "); ok {
@@ -172,6 +205,7 @@ func runGolden(t *testing.T, file string) {
 			if err != nil {
 				t.Fatalf("%s:%d: %v", file, i+1, err)
 			}
+			got = strings.ReplaceAll(got, e.apps.Dir(), "$APPS")
 			if got != rest && !*update {
 				t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, got, rest)
 			}
@@ -199,11 +233,19 @@ func runGolden(t *testing.T, file string) {
 				if err != nil {
 					t.Fatalf("%s:%d: %s: reading a frame: %v (want %s)", file, i+1, name, err, rest)
 				}
-				got = append(got, f.Type.String()+" "+string(f.Payload))
+				if isApp {
+					got = append(got, formatAppFrame(f))
+				} else {
+					got = append(got, f.Type.String()+" "+string(f.Payload))
+				}
 				gotBytes = append(gotBytes, string(frame.Append(nil, f)))
 			}
 			for _, w := range want {
-				f, err := parseFrame(w)
+				parse := parseFrame
+				if isApp {
+					parse = parseAppFrame
+				}
+				f, err := parse(w)
 				if err != nil && !*update {
 					t.Fatalf("%s:%d: %v", file, i+1, err)
 				}
@@ -255,6 +297,75 @@ func parseFrame(s string) (frame.Frame, error) {
 		return frame.Frame{}, fmt.Errorf("unknown frame type %q", name)
 	}
 	return frame.Frame{Type: t, Payload: []byte(payload)}, nil
+}
+
+// parseAppFrame reads "TYPE {JSON}" or "TYPE HEX ; comment" for a
+// per-app socket.
+func parseAppFrame(s string) (frame.Frame, error) {
+	s, _, _ = strings.Cut(s, " ; ")
+	name, payload, _ := strings.Cut(s, " ")
+	t, ok := frame.ParseType(name)
+	if !ok {
+		return frame.Frame{}, fmt.Errorf("unknown frame type %q", name)
+	}
+	if !strings.HasPrefix(payload, "{") {
+		b, err := hex.DecodeString(strings.ReplaceAll(payload, " ", ""))
+		return frame.Frame{Type: t, Payload: b}, err
+	}
+	m := tier1Message(t)
+	if m == nil {
+		return frame.Frame{}, fmt.Errorf("%s has no Tier 1 payload", t)
+	}
+	dec := json.NewDecoder(strings.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		return frame.Frame{}, fmt.Errorf("%s: %v", t, err)
+	}
+	b, err := tier1.Encode(m)
+	return frame.Frame{Type: t, Payload: b}, err
+}
+
+// formatAppFrame writes a frame an app received as TYPE, the payload in
+// hex, and the payload decoded after " ; ".
+func formatAppFrame(f frame.Frame) string {
+	s := f.Type.String()
+	if len(f.Payload) > 0 {
+		s += " " + hex.EncodeToString(f.Payload)
+	}
+	m, err := tier1.Decode(f.Type, f.Payload)
+	if err != nil {
+		return s + " ; undecodable: " + err.Error()
+	}
+	j, _ := json.Marshal(m)
+	return s + " ; " + string(j)
+}
+
+func tier1Message(t frame.Type) tier1.Message {
+	switch t {
+	case frame.ManifestResponse:
+		return &tier1.ManifestResponse{}
+	case frame.CapabilityResultMsg:
+		return &tier1.CapabilityResultMsg{}
+	case frame.ValidateResultMsg:
+		return &tier1.ValidateResultMsg{}
+	case frame.StateResponse:
+		return &tier1.StateResponse{}
+	case frame.Pong:
+		return &tier1.Pong{}
+	case frame.GetManifest:
+		return &tier1.GetManifest{}
+	case frame.InvokeCapability:
+		return &tier1.InvokeCapability{}
+	case frame.ValidateParamsMsg:
+		return &tier1.ValidateParamsMsg{}
+	case frame.QueryState:
+		return &tier1.QueryState{}
+	case frame.AppShutdown:
+		return &tier1.AppShutdown{}
+	case frame.Ping:
+		return &tier1.Ping{}
+	}
+	return nil
 }
 
 type lineReader struct {

@@ -97,24 +97,15 @@ func (s *Server) detect(ctx context.Context, payload []byte) (*api.DetectRespons
 	return &api.DetectResponse{Result: *res}, nil
 }
 
-// execute runs an ExecuteRequest as spec 000's invoke.capability; the
-// owner app is the target, or the registry's owner of the capability.
+// execute runs an ExecuteRequest through the core's dispatch
+// (core.Broker.Execute): the target app, the registry's owner of the
+// capability, or the app an accessibility adapter detects.
 func (s *Server) execute(ctx context.Context, payload []byte) (*api.ExecuteResponse, error) {
 	var p api.ExecuteRequest
 	if err := decode(payload, &p); err != nil {
 		return nil, err
 	}
-	appID := p.Target
-	if appID == "" {
-		var err error
-		if appID, err = s.b.CapabilityOwner(p.Capability); err != nil {
-			return nil, err
-		}
-	}
-	res, err := s.b.InvokeCapability(ctx, &api.InvokeCapabilityParams{
-		CapabilityID: p.Capability, AppID: appID, Source: api.SourceSystemIntelligence, Params: p.Params,
-		Admin: p.Admin, ConfirmationID: p.ConfirmationID, WaitMS: p.WaitMS,
-	})
+	res, err := s.b.Execute(ctx, &p)
 	if err != nil {
 		return nil, err
 	}

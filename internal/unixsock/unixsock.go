@@ -1,8 +1,9 @@
-package daemon
+// Package unixsock creates the daemon's Unix sockets safely and reads the
+// credentials of the processes that connect to them.
+package unixsock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,10 +12,10 @@ import (
 	"time"
 )
 
-// listenUnix creates a Unix socket at path safely: its directory is made
+// Listen creates a Unix socket at path safely: its directory is made
 // 0700 if missing and refused if others can enter it; a live daemon on the
 // path is an error; a stale socket file is removed.
-func listenUnix(path string) (*net.UnixListener, error) {
+func Listen(path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating socket directory %s: %w", dir, err)
@@ -50,8 +51,8 @@ func listenUnix(path string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// peerCred reads SO_PEERCRED of an accepted Unix connection.
-func peerCred(c *net.UnixConn) (uid, pid int, err error) {
+// PeerCred reads SO_PEERCRED of an accepted Unix connection.
+func PeerCred(c *net.UnixConn) (uid, pid int, err error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return -1, -1, err
@@ -70,21 +71,5 @@ func peerCred(c *net.UnixConn) (uid, pid int, err error) {
 	return int(cred.Uid), int(cred.Pid), nil
 }
 
-// allowPeer is the connection policy: only the daemon's own user.
-func allowPeer(peerUID, selfUID int) bool { return peerUID == selfUID }
-
-// loopbackOnly refuses TCP listen addresses that are not loopback.
-func loopbackOnly(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("tcp address %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return errors.New("tcp address " + addr + " is not loopback; PCP listens on 127.0.0.1 or ::1 only")
-	}
-	return nil
-}
+// AllowPeer is the connection policy: only the daemon's own user.
+func AllowPeer(peerUID, selfUID int) bool { return peerUID == selfUID }
