@@ -85,12 +85,17 @@ are added.
 | ` + "`PARSE_ERROR`, `INVALID_REQUEST`" + ` | ` + "`limit`, `size`" + ` for an oversized line; otherwise none (the message says what is wrong) |
 | ` + "`METHOD_NOT_FOUND`" + ` | ` + "`method`" + ` |
 | ` + "`INVALID_PARAMS`" + ` | ` + "`field`" + `: the parameter's path, e.g. ` + "`params.text`, `event_types[0]`, `tier`" + ` |
-| ` + "`APP_NOT_FOUND`" + ` | ` + "`app_id`; `running: false`" + ` when the app is registered but not connected |
+| ` + "`APP_NOT_FOUND`" + ` | ` + "`app_id`; `running: false`" + ` when the app is registered but not connected (with ` + "`attempts`" + ` when accessibility adapters were asked too) |
 | ` + "`SURFACE_NOT_FOUND`" + ` | ` + "`surface_id`" + ` |
-| ` + "`ELEMENT_NOT_FOUND`" + ` | ` + "`element_id`" + ` (from the adapter) |
+| ` + "`ELEMENT_NOT_FOUND`" + ` | ` + "`element_id`" + `, or ` + "`target`, `waited_ms`" + ` when no element matched a target in time |
+| ` + "`ACTION_NOT_SUPPORTED`" + ` | ` + "`element_id`, `action`, `supported`" + ` (the element's actions), ` + "`reason`" + `; ` + "`capability_id`, `domain`" + ` for an unknown platform capability |
+| ` + "`TARGET_AMBIGUOUS`" + ` | ` + "`target`, `count`, `candidates`" + `: up to 10 of ` + "`{element_id, role, name, accessible_path, bus_name, app_id, surface_id}`" + ` |
+| ` + "`NO_ATSPI2_SUPPORT`" + ` | ` + "`app_id`" + ` or ` + "`bus_name`" + ` the adapter does not reach, or ` + "`reason`" + ` when there is no accessibility bus |
+| ` + "`TEXT_TOO_LARGE`" + ` | ` + "`element_id`, `characters`, `offset`, `limit_bytes`" + `: read on with ` + "`{\"offset\", \"length\"}`" + ` |
+| ` + "`INTERNAL_ERROR`" + ` | ` + "`capability_id`, `attempts: [{adapter, code, message}]`" + ` when every accessibility adapter declined; ` + "`app_id`, `reason`" + ` when a Tier 1 app broke its protocol |
 | ` + "`PERMISSION_DENIED`" + ` | ` + "`app_id`, `revoked`, `reason`" + ` for a revoked app; ` + "`method`, `required_role`" + ` for a user-only method; ` + "`capability_id`, `trust_level`" + ` for a ` + "`deny`" + ` capability |
 | ` + "`CONFIRMATION_REQUIRED`" + ` | ` + "`capability_id`, `confirmation_type`, `undo_window_ms`, `description`" + ` |
-| ` + "`EXECUTION_TIMEOUT`" + ` | ` + "`capability_id`, `timeout_ms`" + ` |
+| ` + "`EXECUTION_TIMEOUT`" + ` | ` + "`capability_id`, `timeout_ms`" + `; or, when an element never became actionable, ` + "`element_id`, `action`, `not_actionable`" + ` (the conditions not met, e.g. ` + "`not SENSITIVE`" + `), ` + "`states`, `waited_ms`" + ` |
 | ` + "`APP_UNRESPONSIVE`" + ` | ` + "`app_id`, `reason`" + ` |
 | ` + "`CAPABILITY_NOT_FOUND`" + ` | ` + "`capability_id`, `app_id`" + ` |
 | ` + "`MANIFEST_INVALID`" + ` | ` + "`app_id`, `capability`, `field`" + ` (a JSON path into the manifest) |

@@ -22,6 +22,8 @@ func main() {
 	fs.StringVar(&cfg.Socket, "socket", "", "agent socket path (default $XDG_RUNTIME_DIR/pcp/pcp.sock)")
 	fs.StringVar(&cfg.ControlSocket, "control-socket", "", "user control socket path (default control.sock beside --socket)")
 	fs.StringVar(&cfg.AppSocketDir, "app-socket-dir", "", "directory of the Tier 1 per-app sockets (default apps/ beside --socket)")
+	fs.BoolVar(&cfg.Accessibility, "atspi", true, "reach accessible applications through the AT-SPI2 adapter (Tier 2)")
+	fs.StringVar(&cfg.AccessibilityBus, "atspi-bus", "", "accessibility bus address (default $AT_SPI_BUS_ADDRESS, else asked of the session bus)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory holding pcp.db (default $XDG_STATE_HOME/pcp)")
 	fs.StringVar(&cfg.TrustDir, "trust-dir", "", "directory of trusted publisher keys, PEM PUBLIC KEY files (default $XDG_CONFIG_HOME/pcp/trusted-keys)")
 	fs.StringVar(&cfg.TCPAddr, "tcp", "", "also serve JSON-RPC on this loopback address, e.g. 127.0.0.1:7878 (token in --token-file)")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/internal/wireframe"
 )
 
 // descriptionWidth is how many runes of a description a table shows.
@@ -75,19 +77,33 @@ func (e *env) capsCommand() *cobra.Command {
 }
 
 func (e *env) elementsCommand() *cobra.Command {
-	var focus string
+	var focus, svg string
 	cmd := &cobra.Command{
-		Use:   "elements SURFACE_ID [--focus ELEMENT_ID]",
+		Use:   "elements SURFACE_ID [--focus ELEMENT_ID] [--svg FILE]",
 		Short: "Print a surface's semantic element tree (query.elements)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print a surface's semantic element tree, one element a line, children
+indented under their parent. --svg FILE also draws the elements' bounds as
+a wireframe picture (self-contained SVG; "-" writes it to standard output
+instead of the tree).`,
+		Args: cobra.ExactArgs(1),
 	}
 	cmd.Flags().StringVar(&focus, "focus", "", "only the subtree of this element")
+	cmd.Flags().StringVar(&svg, "svg", "", "also draw the element bounds as an SVG wireframe into this file (- for standard output)")
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		res, err := once(ctx, e, false, api.MethodQueryElements, func(ctx context.Context, cl *client.Client) (*api.QueryElementsResult, error) {
 			return cl.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: args[0], FocusID: focus})
 		})
 		if err != nil {
 			return err
+		}
+		if svg == "-" {
+			_, err := e.stdout.Write(wireframe.SVG(&res.Root))
+			return err
+		}
+		if svg != "" {
+			if err := os.WriteFile(svg, wireframe.SVG(&res.Root), 0o644); err != nil {
+				return err
+			}
 		}
 		if e.json {
 			return printJSON(e.stdout, res)
@@ -206,4 +222,46 @@ func (e *env) contextCommand() *cobra.Command {
 			return t.flush()
 		}),
 	}
+}
+
+func (e *env) actionCommand() *cobra.Command {
+	var value string
+	cmd := &cobra.Command{
+		Use:   "action SURFACE_ID ELEMENT_ID ACTION [--value JSON]",
+		Short: "Perform a structural action on an element (invoke.action)",
+		Long: `Perform a structural action on a semantic element: activate, select,
+set_value (--value the new text or number, as JSON), scroll, or whatever
+else the element's adapter lists in its actions. Element ids come from
+'pcpctl elements'.`,
+		Args: cobra.ExactArgs(3),
+	}
+	cmd.Flags().StringVar(&value, "value", "", "the action's value, as JSON (\"text\", 42, true)")
+	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		p := &api.InvokeActionParams{SurfaceID: args[0], ElementID: args[1], Action: args[2]}
+		if value != "" {
+			if !json.Valid([]byte(value)) {
+				return usagef("--value must be JSON, e.g. --value '\"text\"' or --value 42")
+			}
+			p.Value = json.RawMessage(value)
+		}
+		res, err := once(ctx, e, false, api.MethodInvokeAction, func(ctx context.Context, cl *client.Client) (*api.InvokeActionResult, error) {
+			return cl.InvokeAction(ctx, p)
+		})
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return printJSON(e.stdout, res)
+		}
+		out := "executed"
+		if !res.Executed {
+			out = "not executed"
+		}
+		if len(res.Result) > 0 {
+			out += " " + jsonValue(res.Result)
+		}
+		_, err = fmt.Fprintln(e.stdout, out)
+		return err
+	})
+	return cmd
 }

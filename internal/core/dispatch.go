@@ -372,12 +372,19 @@ func viaAccessibility(ctx context.Context, c *api.Capability, t dispatchTarget, 
 		declined = append(declined, err)
 	}
 	first := api.AsError(declined[0])
-	same := true
+	same, unknown := true, true
 	attempts := make([]map[string]any, 0, len(declined))
 	for i, err := range declined {
 		e := api.AsError(err)
 		same = same && e.Code == first.Code
+		unknown = unknown && (e.Code == api.CodeNoATSPI2Support || e.Code == api.CodeAppNotFound)
 		attempts = append(attempts, map[string]any{"adapter": t.access[i].id, "code": e.Code.Name(), "message": e.Message})
+	}
+	if unknown {
+		// No adapter reaches the app either: for the caller, the app is
+		// not running (its own connection is gone).
+		return nil, "", api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": c.AppID, "running": false, "attempts": attempts},
+			"app %s is not running, and no accessibility adapter reaches it", c.AppID)
 	}
 	if same {
 		return nil, "", declined[0]

@@ -471,16 +471,32 @@ func TestDispatchAccessibilityOrder(t *testing.T) {
 		name: "all decline alike: the first adapter's error",
 		adapters: []adapter{
 			{"a", 1, func(context.Context, *Execution) (*api.CapabilityResult, error) {
-				return nil, api.Errorf(api.CodeAppNotFound, nil, "a: no such window")
+				return nil, api.Errorf(api.CodeElementNotFound, nil, "a: no such element")
 			}},
+			{"b", 2, failWith(api.CodeElementNotFound)},
+		},
+		wantCalls: []string{"a.ResolveElement", "a.Execute", "b.ResolveElement", "b.Execute"},
+		wantCode:  api.CodeElementNotFound,
+		wantRoute: routeAccessibility,
+		check: func(t *testing.T, e *api.Error) {
+			if e.Message != "a: no such element" {
+				t.Errorf("message %q, want the first adapter's", e.Message)
+			}
+		},
+	}, {
+		name: "no adapter reaches the app: not running, with the attempts",
+		adapters: []adapter{
+			{"a", 1, failWith(api.CodeNoATSPI2Support)},
 			{"b", 2, failWith(api.CodeAppNotFound)},
 		},
 		wantCalls: []string{"a.ResolveElement", "a.Execute", "b.ResolveElement", "b.Execute"},
 		wantCode:  api.CodeAppNotFound,
 		wantRoute: routeAccessibility,
 		check: func(t *testing.T, e *api.Error) {
-			if e.Message != "a: no such window" {
-				t.Errorf("message %q, want the first adapter's", e.Message)
+			d := e.DataMap()
+			attempts, _ := d["attempts"].([]map[string]any)
+			if d["app_id"] != "org.example.editor" || d["running"] != false || len(attempts) != 2 {
+				t.Errorf("data = %v, want app_id, running false and two attempts", d)
 			}
 		},
 	}, {

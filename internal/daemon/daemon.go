@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/adapter/atspi"
 	"github.com/pcp-dev/pcp/internal/jsonrpc"
 
 	"github.com/pcp-dev/pcp/internal/core"
@@ -39,6 +40,15 @@ type Config struct {
 	// AppSocketDir holds the Tier 1 per-app sockets; empty means "apps"
 	// beside the agent socket.
 	AppSocketDir string
+	// Accessibility binds the AT-SPI2 adapter (Tier 2): elements and
+	// actions of every accessible application, and the AT-SPI2 path of the
+	// dispatch. It connects to the accessibility bus on first use and
+	// again after the bus goes away; without one, it answers
+	// NO_ATSPI2_SUPPORT and health reports it degraded.
+	Accessibility bool
+	// AccessibilityBus overrides the accessibility bus address (default
+	// $AT_SPI_BUS_ADDRESS, else asked of the session bus).
+	AccessibilityBus string
 	// StateDir holds pcp.db.
 	StateDir string
 	// TrustDir holds trusted publisher keys.
@@ -179,6 +189,31 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		listeners = append(listeners, tcpL)
+	}
+
+	if cfg.Accessibility {
+		ax := atspi.New(atspi.Config{
+			BusAddress: cfg.AccessibilityBus,
+			OnEvent: func(eventType, appID, surfaceID string, data map[string]any) {
+				b.Publish(eventType, appID, surfaceID, data)
+			},
+		})
+		defer ax.Close()
+		if err := b.AddAdapter(api.RegisterAdapterParams{AdapterID: atspi.ID, SurfaceType: "atspi", SupportedTiers: []int{2}}, ax); err != nil {
+			return err
+		}
+		if err := b.AddAccessibilityAdapter(ax, 100); err != nil {
+			return err
+		}
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := ax.Connect(cctx); err != nil {
+				log.Warn("no accessibility bus yet; Tier 2 answers NO_ATSPI2_SUPPORT until one appears", "err", err)
+			} else {
+				log.Info("accessibility adapter connected", "bus", ax.Stats().BusAddress)
+			}
+		}()
 	}
 
 	apps := appsock.New(b, cfg.AppSocketDir, log)

@@ -79,7 +79,7 @@ func build(root, dir string) error {
 	return nil
 }
 
-func bin(t *testing.T, name string) string {
+func bin(t testing.TB, name string) string {
 	t.Helper()
 	if buildErr != nil {
 		t.Fatalf("cannot build the binaries under test: %v", buildErr)
@@ -90,7 +90,7 @@ func bin(t *testing.T, name string) string {
 // world is one user's session: XDG directories, a publisher key trusted
 // by pcpd, the notes manifest signed with it, and the processes running.
 type world struct {
-	t                         *testing.T
+	t                         testing.TB
 	dir                       string
 	runtime, state, config    string
 	socket, control           string
@@ -104,7 +104,7 @@ type world struct {
 	pcpdArgs []string
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	bin(t, "pcpd") // fail early if the build failed
 	// t.TempDir paths can exceed the 108-byte limit of a socket path.

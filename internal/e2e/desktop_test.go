@@ -1,0 +1,456 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/internal/frame"
+	"github.com/pcp-dev/pcp/internal/testkit"
+)
+
+// TestDesktop drives real GTK applications on a headless desktop of its
+// own (scripts/desktop: Xvfb, a session bus, the accessibility bus,
+// gtk3-widget-factory and gnome-calculator) through pcpd's public faces
+// only: JSON-RPC, the framed stream and pcpctl. A desktop that cannot
+// start fails the test.
+func TestDesktop(t *testing.T) {
+	d, err := testkit.StartDesktop(true)
+	if err != nil {
+		t.Fatalf("the headless desktop did not start: %v", err)
+	}
+	t.Cleanup(d.Stop)
+	if err := d.WaitApps(60*time.Second, "gtk3-widget-factory", "gnome-calculator"); err != nil {
+		t.Fatal(err)
+	}
+
+	w := newWorld(t)
+	w.env = append(w.env, "DISPLAY="+d.Vars["DISPLAY"], "DBUS_SESSION_BUS_ADDRESS="+d.Vars["DBUS_SESSION_BUS_ADDRESS"])
+	// The agent may act in these two apps without asking; everything else
+	// detected through accessibility still needs the user's confirmation.
+	policy := "[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n[apps.\"atspi.gnome-calculator\"]\ntrust_level = \"auto\"\n"
+	if err := os.WriteFile(filepath.Join(w.config, "pcp", "policy.toml"), []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.pcpdArgs = []string{"--atspi-bus", d.Vars["AT_SPI_BUS_ADDRESS"]}
+	w.startPCPD()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	agent, err := client.Dial(ctx, w.socket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	framed, err := client.DialFramed(ctx, w.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer framed.Close()
+
+	const (
+		factory = "atspi.gtk3-widget-factory"
+		calc    = "atspi.gnome-calculator"
+	)
+	// act invokes a capability the registry does not hold: the AT-SPI2
+	// adapter detects "<app id>.<action>" and runs it on the element the
+	// params name.
+	act := func(capability string, params map[string]any) (*api.CapabilityResult, error) {
+		raw, _ := json.Marshal(params)
+		parts := strings.SplitN(capability, ".", 3)
+		return agent.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: capability, AppID: parts[0] + "." + parts[1], Source: api.SourceSystemIntelligence, Params: raw})
+	}
+	poll := func(what string, f func() (bool, string)) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ok, last := f()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still %s after 10s", what, last)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	t.Run("health and context", func(t *testing.T) {
+		h, err := agent.Health(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Adapters) != 1 || h.Adapters[0].AdapterID != "atspi" || h.Adapters[0].Status != api.HealthOK {
+			t.Fatalf("health adapters = %+v, want atspi ok", h.Adapters)
+		}
+		poll("both apps' windows in the session context", func() (bool, string) {
+			sc, err := agent.SessionContext(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			s := strings.Join(sc.ActiveSurfaces, " ")
+			return strings.Contains(s, factory+"/1") && strings.Contains(s, calc+"/1"), s
+		})
+		det, err := framed.Request(ctx, frame.DetectRequest, &api.DetectRequest{AppID: factory}, new(api.DetectResponse))
+		if err != nil || det != frame.DetectResponse {
+			t.Fatalf("DetectRequest: %v, %v", det, err)
+		}
+	})
+
+	t.Run("element tree", func(t *testing.T) {
+		var reg api.RegistryResponse
+		if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: factory}, &reg); err != nil {
+			t.Fatal(err)
+		}
+		if reg.Kind != api.KindElements || reg.Elements == nil || len(*reg.Elements) < 200 {
+			t.Fatalf("ElementTree of %s: kind %q, %d elements; want about 260", factory, reg.Kind, lenOf(reg.Elements))
+		}
+		for _, e := range *reg.Elements {
+			if e.AccessiblePath == "" || e.BusName == "" || e.Role == "" {
+				t.Fatalf("element without path, bus name or role: %+v", e)
+			}
+		}
+		tree, err := agent.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: factory + "/1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tree.Root.Role != "frame" || len(tree.Root.Children) == 0 {
+			t.Fatalf("query.elements root = %s with %d children", tree.Root.Role, len(tree.Root.Children))
+		}
+		// pcpctl prints it readably and draws it.
+		svg := filepath.Join(w.dir, "factory.svg")
+		r := w.mustPCPCTL("elements", factory+"/1", "--svg", svg)
+		if !strings.HasPrefix(r.stdout, "frame") || !strings.Contains(r.stdout, "  push button \"") {
+			t.Errorf("pcpctl elements output lacks the frame or buttons:\n%.2000s", r.stdout)
+		}
+		b, err := os.ReadFile(svg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rects, dec := 0, xml.NewDecoder(strings.NewReader(string(b)))
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				if err != io.EOF {
+					t.Fatalf("the SVG is not well-formed: %v", err)
+				}
+				break
+			}
+			if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+				rects++
+			}
+		}
+		if rects < 50 {
+			t.Errorf("the SVG draws %d boxes, want most of the tree", rects)
+		}
+	})
+
+	t.Run("set an entry's text and read it back", func(t *testing.T) {
+		target := map[string]any{"role": "text", "states": []string{"editable", "sensitive", "single-line", "showing"}}
+		// There are several such entries: the first attempt must say so.
+		_, err := act(factory+".set_value", map[string]any{"target": target, "value": "x"})
+		if !errors.Is(err, api.ErrTargetAmbiguous) {
+			t.Fatalf("set_value on an ambiguous entry: %v, want TARGET_AMBIGUOUS", err)
+		}
+		cands, _ := api.AsError(err).DataMap()["candidates"].([]any)
+		if len(cands) < 2 {
+			t.Fatalf("TARGET_AMBIGUOUS lists %d candidates", len(cands))
+		}
+		first, _ := cands[0].(map[string]any)
+		id, _ := first["element_id"].(string)
+		if _, err := act(factory+".set_value", map[string]any{"element_id": id, "value": "typed by pcpd"}); err != nil {
+			t.Fatal(err)
+		}
+		poll("the entry's text", func() (bool, string) {
+			res, err := act(factory+".read_text", map[string]any{"element_id": id})
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.Contains(string(res.Data), "typed by pcpd"), string(res.Data)
+		})
+	})
+
+	t.Run("toggle a check button and read its state", func(t *testing.T) {
+		sub, err := agent.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventElementStateChanged}, AppID: factory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer agent.Unsubscribe(ctx, sub.SubscriptionID)
+		// Two sensitive check boxes are named "checkbutton": take the first
+		// the tree lists, by its element id.
+		tree := func() ([]api.ElementInfo, error) {
+			var reg api.RegistryResponse
+			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: factory}, &reg); err != nil {
+				return nil, err
+			}
+			return *reg.Elements, nil
+		}
+		elems, err := tree()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var path, bus string
+		for _, e := range elems {
+			if e.Role == "check box" && e.Name != nil && *e.Name == "checkbutton" && contains(e.States, "sensitive") && !contains(e.States, "indeterminate") {
+				path, bus = e.AccessiblePath, e.BusName
+				break
+			}
+		}
+		if path == "" {
+			t.Fatal("no sensitive check box named checkbutton in the tree")
+		}
+		checked := func() (bool, string) {
+			elems, err := tree()
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, e := range elems {
+				if e.AccessiblePath == path {
+					return contains(e.States, "checked"), strings.Join(e.States, ",")
+				}
+			}
+			return false, "the check box left the tree"
+		}
+		box := map[string]any{"element_id": bus + "|" + path}
+		before, _ := checked()
+		if _, err := act(factory+".activate", box); err != nil {
+			t.Fatal(err)
+		}
+		poll("the check box to change", func() (bool, string) {
+			now, states := checked()
+			return now != before, states
+		})
+		select {
+		case n := <-agent.Notifications():
+			if n.Method != api.EventElementStateChanged {
+				t.Errorf("notification %s, want element.state_changed", n.Method)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("no element.state_changed event after the toggle")
+		}
+	})
+
+	t.Run("set a spin button", func(t *testing.T) {
+		res, err := act(factory+".set_value", map[string]any{"role": "spin button", "states": []string{"sensitive"}, "value": 42})
+		if err != nil || res.Status != api.StatusSuccess {
+			t.Fatalf("set_value 42: %+v, %v", res, err)
+		}
+		poll("the spin button's value", func() (bool, string) {
+			var reg api.RegistryResponse
+			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: factory}, &reg); err != nil {
+				return false, err.Error()
+			}
+			for _, e := range *reg.Elements {
+				if e.Role == "spin button" && contains(e.States, "sensitive") && e.Text != nil {
+					return *e.Text == "42", *e.Text
+				}
+			}
+			return false, "no spin button"
+		})
+	})
+
+	t.Run("a disabled target", func(t *testing.T) {
+		start := time.Now()
+		_, err := act(factory+".activate", map[string]any{"role": "check box", "name": "checkbutton", "states": []string{"!sensitive", "!checked", "!indeterminate"}, "timeout_ms": 300})
+		e := api.AsError(err)
+		if e == nil || !strings.Contains(e.Message, "not SENSITIVE") {
+			t.Fatalf("activate a disabled check box: %v, want an error naming the SENSITIVE state", err)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Errorf("the disabled target took %v to refuse", time.Since(start))
+		}
+	})
+
+	t.Run("calculator: 2 + 3 = 5, over the framed face", func(t *testing.T) {
+		for _, key := range []string{"2", "+", "3", "="} {
+			p, _ := json.Marshal(map[string]any{"role": "push button", "name": key})
+			if _, err := framed.Execute(ctx, calc+".activate", p, false); err != nil {
+				t.Fatalf("press %s: %v", key, err)
+			}
+		}
+		poll("the calculator's display", func() (bool, string) {
+			var reg api.RegistryResponse
+			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: calc}, &reg); err != nil {
+				return false, err.Error()
+			}
+			var texts []string
+			for _, e := range *reg.Elements {
+				if e.Role == "text" && e.Text != nil {
+					texts = append(texts, *e.Text)
+					if strings.TrimSpace(*e.Text) == "5" {
+						return true, ""
+					}
+				}
+			}
+			return false, strings.Join(texts, " | ")
+		})
+		// An ambiguous press is refused on the framed face with 409.
+		p, _ := json.Marshal(map[string]any{"role": "push button"})
+		_, err := framed.Execute(ctx, calc+".activate", p, false)
+		var fe *client.FrameError
+		if !errors.As(err, &fe) || fe.Status != 409 || !errors.Is(err, api.ErrTargetAmbiguous) {
+			t.Fatalf("ambiguous press: %v, want ErrorResponse 409 TARGET_AMBIGUOUS", err)
+		}
+	})
+
+	t.Run("every execution is on the audit chain", func(t *testing.T) {
+		var tail api.AuditTailResult
+		w.pcpctlJSON(&tail, "audit", "tail", "-n", "50")
+		routes := 0
+		for _, e := range tail.Entries {
+			var detail struct{ Route string }
+			json.Unmarshal(e.Detail, &detail)
+			if e.Kind == "invoke" && detail.Route == "accessibility:atspi" {
+				routes++
+			}
+		}
+		if routes < 6 {
+			t.Errorf("%d audit entries with route accessibility:atspi, want every execution", routes)
+		}
+		if v := w.auditVerify(); !v.OK {
+			t.Fatalf("audit chain: %+v", v)
+		}
+	})
+}
+
+func lenOf(p *[]api.ElementInfo) int {
+	if p == nil {
+		return 0
+	}
+	return len(*p)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkDesktopElementTree is spec 001's ElementTree of
+// gtk3-widget-factory (about 260 nodes) through pcpd, over the framed
+// face from another process, beside a pyatspi walk of the same app in
+// the same run (Debian's python3-pyatspi, timed by Python's clock).
+//
+//	cold: each op restarts pcpd (not timed) and times its first
+//	      ElementTree: nothing cached, the adapter connects and fetches
+//	warm: ElementTree again and again on one pcpd, its cache kept current
+//	      by AT-SPI2 events
+//
+// Both report the node counts of the two readers, pyatspi's time, and
+// the ratio pyatspi / pcpd.
+func BenchmarkDesktopElementTree(b *testing.B) {
+	d, err := testkit.StartDesktop(true)
+	if err != nil {
+		b.Fatalf("the headless desktop did not start: %v", err)
+	}
+	b.Cleanup(d.Stop)
+	if err := d.WaitApps(60*time.Second, "gtk3-widget-factory"); err != nil {
+		b.Fatal(err)
+	}
+	const app = "atspi.gtk3-widget-factory"
+	// pyatspi: the first walk of a fresh process, the median of three.
+	var pyMS []float64
+	var pyNodes int
+	for range 3 {
+		n, ms, err := testkit.PyatspiWalk(d.Env, "gtk3-widget-factory", "full", 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pyNodes, pyMS = n, append(pyMS, ms[0])
+	}
+	slices.Sort(pyMS)
+	py := pyMS[1]
+
+	w := newWorld(b)
+	w.env = append(w.env, "DISPLAY="+d.Vars["DISPLAY"], "DBUS_SESSION_BUS_ADDRESS="+d.Vars["DBUS_SESSION_BUS_ADDRESS"])
+	w.pcpdArgs = []string{"--atspi-bus", d.Vars["AT_SPI_BUS_ADDRESS"]}
+	ctx := context.Background()
+	tree := func(fc *client.Framed) int {
+		var reg api.RegistryResponse
+		if _, err := fc.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: app}, &reg); err != nil {
+			b.Fatal(err)
+		}
+		return lenOf(reg.Elements)
+	}
+	report := func(b *testing.B, perOp time.Duration, nodes int) {
+		ms := float64(perOp) / float64(time.Millisecond)
+		b.ReportMetric(ms, "ms/tree")
+		b.ReportMetric(float64(nodes), "nodes")
+		b.ReportMetric(float64(pyNodes), "pyatspi_nodes")
+		b.ReportMetric(py, "pyatspi_ms")
+		b.ReportMetric(py/ms, "x_vs_pyatspi")
+	}
+
+	b.Run("cold", func(b *testing.B) {
+		var total time.Duration
+		nodes := 0
+		for range b.N {
+			b.StopTimer()
+			w.startPCPD()
+			fc, err := client.DialFramed(ctx, w.socket)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Wait until the adapter is connected, so that what is timed
+			// is the fetch and not the daemon's start.
+			for {
+				h, err := w.healthOf(ctx)
+				if err == nil && len(h.Adapters) == 1 && h.Adapters[0].Status == api.HealthOK {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			b.StartTimer()
+			t0 := time.Now()
+			nodes = tree(fc)
+			total += time.Since(t0)
+			b.StopTimer()
+			fc.Close()
+			w.stop(w.pcpd, syscall.SIGTERM)
+		}
+		report(b, total/time.Duration(b.N), nodes)
+	})
+	b.Run("warm", func(b *testing.B) {
+		w.startPCPD()
+		b.Cleanup(func() { w.stop(w.pcpd, syscall.SIGTERM) })
+		fc, err := client.DialFramed(ctx, w.socket)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fc.Close()
+		tree(fc)
+		nodes := 0
+		b.ResetTimer()
+		t0 := time.Now()
+		for range b.N {
+			nodes = tree(fc)
+		}
+		elapsed := time.Since(t0)
+		b.StopTimer()
+		report(b, elapsed/time.Duration(b.N), nodes)
+	})
+}
+
+// healthOf asks the daemon's health over JSON-RPC.
+func (w *world) healthOf(ctx context.Context) (*api.HealthResult, error) {
+	c, err := client.Dial(ctx, w.socket, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Health(ctx)
+}

@@ -1,0 +1,160 @@
+// Package wireframe draws a surface's semantic element tree as an SVG
+// picture: one outlined box per element at its bounds, labelled with its
+// role and label, deeper elements drawn over their ancestors. The markup
+// is self-contained (no scripts, no external references, no fonts to
+// fetch), so it can be written to a file or embedded in a page as it is.
+// Labels come from applications and are untrusted: they are escaped, and
+// cut to a bounded length.
+package wireframe
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/pcp-dev/pcp/api"
+)
+
+// MaxElements bounds how many elements one picture draws; the rest are
+// counted in a note at the bottom.
+const MaxElements = 5000
+
+// maxLabel bounds a drawn label, in runes.
+const maxLabel = 40
+
+// SVG returns the picture of root's tree. Elements without bounds, or of
+// zero size, are not drawn but their children are. Coordinates are moved
+// so that the top-left corner of everything drawn is at (0, 0), with a
+// margin.
+func SVG(root *api.Element) []byte {
+	var boxes []box
+	skipped := 0
+	var walk func(el *api.Element, depth int)
+	walk = func(el *api.Element, depth int) {
+		if b := el.Bounds; b != nil && b.W > 0 && b.H > 0 {
+			if len(boxes) < MaxElements {
+				boxes = append(boxes, box{el: el, depth: depth})
+			} else {
+				skipped++
+			}
+		}
+		for i := range el.Children {
+			walk(&el.Children[i], depth+1)
+		}
+	}
+	walk(root, 0)
+
+	const margin = 8
+	minX, minY, maxX, maxY := 0, 0, 1, 1
+	for i, bx := range boxes {
+		b := bx.el.Bounds
+		if i == 0 || b.X < minX {
+			minX = b.X
+		}
+		if i == 0 || b.Y < minY {
+			minY = b.Y
+		}
+		if i == 0 || b.X+b.W > maxX {
+			maxX = b.X + b.W
+		}
+		if i == 0 || b.Y+b.H > maxY {
+			maxY = b.Y + b.H
+		}
+	}
+	w, h := maxX-minX+2*margin, maxY-minY+2*margin
+	noteH := 0
+	if skipped > 0 || len(boxes) == 0 {
+		noteH = 20
+	}
+
+	var out bytes.Buffer
+	fmt.Fprintf(&out, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="10">`+"\n", w, h+noteH, w, h+noteH)
+	fmt.Fprintf(&out, `<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`+"\n", w, h+noteH)
+	for _, bx := range boxes {
+		b := bx.el.Bounds
+		x, y := b.X-minX+margin, b.Y-minY+margin
+		stroke := palette[bx.depth%len(palette)]
+		fmt.Fprintf(&out, `<g><title>%s</title>`, esc(tooltip(bx.el)))
+		fmt.Fprintf(&out, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s" stroke-width="1"/>`, x, y, b.W, b.H, stroke)
+		if b.W >= 24 && b.H >= 12 {
+			fmt.Fprintf(&out, `<text x="%d" y="%d" fill="%s">%s</text>`, x+2, y+10, stroke, esc(caption(bx.el, b.W)))
+		}
+		out.WriteString("</g>\n")
+	}
+	switch {
+	case len(boxes) == 0:
+		fmt.Fprintf(&out, `<text x="%d" y="%d" fill="#555555">no element has bounds</text>`+"\n", margin, h+14)
+	case skipped > 0:
+		fmt.Fprintf(&out, `<text x="%d" y="%d" fill="#555555">%d more elements not drawn</text>`+"\n", margin, h+14, skipped)
+	}
+	out.WriteString("</svg>\n")
+	return out.Bytes()
+}
+
+type box struct {
+	el    *api.Element
+	depth int
+}
+
+// palette colours boxes by depth, so nesting reads at a glance.
+var palette = []string{"#1f4e79", "#2e7d32", "#b35900", "#6a1b9a", "#c62828", "#00838f"}
+
+// caption is what is written in a box: role and label, cut to fit.
+func caption(el *api.Element, width int) string {
+	s := el.Role
+	if el.Label != "" {
+		s += " " + cut(el.Label, maxLabel)
+	}
+	fit := max(width/6, 3) // about 6 px a character at this size
+	return cut(s, fit)
+}
+
+// tooltip is the hover text: everything known of the element.
+func tooltip(el *api.Element) string {
+	var b strings.Builder
+	b.WriteString(el.Role)
+	if el.Label != "" {
+		b.WriteString(" " + cut(el.Label, 200))
+	}
+	b.WriteString("\nid: " + cut(el.ID, 200))
+	if len(el.Actions) > 0 {
+		b.WriteString("\nactions: " + cut(strings.Join(el.Actions, ", "), 200))
+	}
+	if len(el.States) > 0 {
+		b.WriteString("\nstates: " + cut(strings.Join(el.States, ", "), 400))
+	}
+	if bb := el.Bounds; bb != nil {
+		fmt.Fprintf(&b, "\nbounds: %dx%d at (%d,%d)", bb.W, bb.H, bb.X, bb.Y)
+	}
+	return b.String()
+}
+
+// cut shortens s to n runes, marking the cut, and drops what is not
+// valid UTF-8 or not allowed in XML.
+func cut(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !xmlChar(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// xmlChar reports whether r may appear in XML 1.0 text.
+func xmlChar(r rune) bool {
+	return r == '\t' || r == '\n' || r == '\r' ||
+		(r >= 0x20 && r <= 0xD7FF) || (r >= 0xE000 && r <= 0xFFFD) || (r >= 0x10000 && r <= 0x10FFFF)
+}
+
+func esc(s string) string {
+	var b bytes.Buffer
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
