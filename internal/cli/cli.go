@@ -121,6 +121,7 @@ signs and verifies capability manifests.`,
 		e.healthCommand(),
 		e.auditCommand(),
 		e.manifestCommand(),
+		e.serveCommand(),
 		e.versionCommand(),
 	)
 	return root

@@ -698,7 +698,7 @@ func TestHelp(t *testing.T) {
 	if err := cli.Run(context.Background(), []string{"--help"}, nil, &out, &out); err != nil {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, c := range []string{"caps", "invoke", "elements", "action", "surface", "context", "events", "revoke", "apps", "confirm", "jobs", "policy", "health", "audit", "manifest", "version"} {
+	for _, c := range []string{"caps", "invoke", "elements", "action", "surface", "context", "events", "revoke", "apps", "confirm", "jobs", "policy", "health", "audit", "manifest", "serve", "version"} {
 		if !strings.Contains(out.String(), "\n  "+c+" ") {
 			t.Errorf("help lacks command %s:\n%s", c, out.String())
 		}
