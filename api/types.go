@@ -40,6 +40,10 @@ type Manifest struct {
 	Signature    string           `json:"signature"`
 	Publisher    string           `json:"publisher,omitempty"`
 	Description  string           `json:"description,omitempty"`
+	// AccessibleName, when present, is the app's name on the
+	// accessibility bus: while the app has no connection of its own, its
+	// capabilities run on that application's accessibility tree (Tier 2).
+	AccessibleName string `json:"accessible_name,omitempty"`
 }
 
 // CapabilityDecl is one capability in a manifest.

@@ -206,9 +206,9 @@ func (b *Broker) AddAccessibilityAdapter(a AccessibilityAdapter, priority int) e
 		return api.MissingParam("adapter_id")
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, e := range b.access {
 		if e.id == id {
+			b.mu.Unlock()
 			return api.Errorf(api.CodeInvalidParams, map[string]any{"field": "adapter_id", "adapter_id": id}, "adapter_id: %s is already bound", id)
 		}
 	}
@@ -218,7 +218,40 @@ func (b *Broker) AddAccessibilityAdapter(a AccessibilityAdapter, priority int) e
 	next = append(next, &accessEntry{a: a, id: id, priority: priority})
 	next = append(next, b.access[i:]...)
 	b.access = next
+	// The apps already registered (loaded from the store at start) name
+	// their accessible applications too.
+	aliases := map[string]string{}
+	for _, ap := range b.apps {
+		if ap.manifest != nil && ap.manifest.AccessibleName != "" {
+			aliases[ap.id] = ap.manifest.AccessibleName
+		}
+	}
+	b.mu.Unlock()
+	if al, ok := a.(Aliaser); ok {
+		for appID, name := range aliases {
+			al.Alias(appID, name)
+		}
+	}
 	return nil
+}
+
+// Aliaser is implemented by accessibility adapters that can let an app
+// registered under its own id stand for an application they reach: a
+// manifest's "accessible_name". An empty name removes the alias. Alias
+// must not call back into the broker.
+type Aliaser interface {
+	Alias(appID, accessibleName string)
+}
+
+// aliasAccessible tells the accessibility adapters which application on
+// the accessibility bus appID stands for ("" for none). Called without
+// b.mu held.
+func (b *Broker) aliasAccessible(appID, accessibleName string) {
+	for _, e := range b.accessAdapters() {
+		if al, ok := e.a.(Aliaser); ok {
+			al.Alias(appID, accessibleName)
+		}
+	}
 }
 
 // accessAdapters returns the accessibility adapters in the order they are

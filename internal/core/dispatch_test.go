@@ -46,8 +46,9 @@ type fakeAccess struct {
 	resolve func(ex *Execution) (*ElementRef, error)
 	exec    func(ctx context.Context, ex *Execution) (*api.CapabilityResult, error)
 
-	mu   sync.Mutex
-	seen []Execution // what Execute received
+	mu      sync.Mutex
+	seen    []Execution // what Execute received
+	aliases []string    // Alias calls, "app=name"
 }
 
 func (f *fakeAccess) ID() string { return f.id }
@@ -77,6 +78,19 @@ func (f *fakeAccess) Execute(ctx context.Context, ex *Execution) (*api.Capabilit
 		return nil, api.Errorf(api.CodeNoATSPI2Support, nil, "%s: no AT-SPI2 here", f.id)
 	}
 	return f.exec(ctx, ex)
+}
+
+// Alias implements Aliaser, recording the calls apart from the others.
+func (f *fakeAccess) Alias(appID, accessibleName string) {
+	f.mu.Lock()
+	f.aliases = append(f.aliases, appID+"="+accessibleName)
+	f.mu.Unlock()
+}
+
+func (f *fakeAccess) aliasCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.aliases...)
 }
 
 func (f *fakeAccess) executions() []Execution {
@@ -915,5 +929,45 @@ func TestDispatchConnectionLimitBeforeDetection(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("%d detections for 2 allowed executions and 1 rejected, want 2", n)
+	}
+}
+
+// TestAccessibleNameAliases: a manifest's accessible_name reaches the
+// accessibility adapters at registration, for apps registered before an
+// adapter was added, and is taken back on revocation; executions then
+// carry the manifest's app id, which the adapter maps.
+func TestAccessibleNameAliases(t *testing.T) {
+	w := newDispatchWorld(t, RateLimits{})
+	calc := `{"version":"1.0","accessible_name":"gnome-calculator","capabilities":[{"name":"activate","tier":2,"trust_level":"auto",` +
+		`"parameters":[{"name":"role","type":"string"},{"name":"name","type":"string"}]}],"signature":""}`
+	w.register(t, "org.gnome.Calculator", calc, nil)
+	a := w.access(t, 1, &fakeAccess{id: "a", exec: succeed})
+	if got := a.aliasCalls(); len(got) != 1 || got[0] != "org.gnome.Calculator=gnome-calculator" {
+		t.Fatalf("aliases after adding the adapter = %q, want that of the app registered before", got)
+	}
+	w.register(t, "org.example.plain", `{"version":"1.0","capabilities":[{"name":"x","tier":1,"trust_level":"auto"}],"signature":""}`, nil)
+	w.register(t, "org.gnome.Calculator", calc, nil)
+	res, err := w.b.InvokeCapability(w.agent, &api.InvokeCapabilityParams{CapabilityID: "org.gnome.Calculator.activate", AppID: "org.gnome.Calculator",
+		Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"role":"push button","name":"7"}`)})
+	if err != nil || res.Status != api.StatusSuccess {
+		t.Fatalf("invoke through the alias: %+v, %v", res, err)
+	}
+	if ex := a.executions(); len(ex) != 1 || ex[0].Capability.AppID != "org.gnome.Calculator" {
+		t.Fatalf("executions = %+v", ex)
+	}
+	if _, err := w.b.RevokeApp(w.user, &api.RevokeAppParams{AppID: "org.gnome.Calculator", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"org.gnome.Calculator=gnome-calculator",
+		"org.example.plain=",
+		"org.gnome.Calculator=gnome-calculator",
+		"org.gnome.Calculator=",
+	}
+	if diff := cmp.Diff(want, a.aliasCalls()); diff != "" {
+		t.Errorf("aliases (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a.ResolveElement", "a.Execute"}, w.calls.get()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }

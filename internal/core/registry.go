@@ -208,6 +208,7 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 	if serve && !wasRunning {
 		b.publish(api.EventAppConnected, p.AppID, "", map[string]any{"app_id": p.AppID})
 	}
+	b.aliasAccessible(p.AppID, m.AccessibleName)
 	return &api.RegisterCapabilityResult{Registered: true, CapabilityIDs: ids}, nil
 }
 
@@ -336,6 +337,7 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 			sub.stop()
 		}
 	}
+	b.aliasAccessible(p.AppID, "")
 	for s := range owners {
 		reason := "revoked by the user"
 		if p.Reason != "" {

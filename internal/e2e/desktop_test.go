@@ -304,6 +304,52 @@ func TestDesktop(t *testing.T) {
 		}
 	})
 
+	t.Run("a signed manifest for an app reached through accessibility", func(t *testing.T) {
+		// The publisher signs a manifest naming the calculator's accessible
+		// application; its auto capability then runs on that tree without
+		// asking, under the manifest's own app id.
+		const appID = "org.gnome.Calculator"
+		src := filepath.Join(w.dir, "calculator.json")
+		signed := filepath.Join(w.dir, "calculator.signed.json")
+		manifest := `{"version":"1.0","accessible_name":"gnome-calculator","capabilities":[{"name":"activate","tier":2,"trust_level":"auto",` +
+			`"description":"Press a key of the calculator.","parameters":[{"name":"role","type":"string"},{"name":"name","type":"string"}]}],"signature":""}`
+		if err := os.WriteFile(src, []byte(manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w.mustPCPCTL("manifest", "sign", "--key", w.keyPrefix+".key", "--app", appID, "-o", signed, src)
+		raw, err := os.ReadFile(signed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve := false
+		if _, err := agent.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: appID, Manifest: raw, Serve: &serve}); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"6", "×", "7", "="} {
+			res, err := agent.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: appID + ".activate", AppID: appID,
+				Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"role":"push button","name":"` + key + `"}`)})
+			if err != nil || res.Status != api.StatusSuccess {
+				t.Fatalf("press %s as %s: %+v, %v", key, appID, res, err)
+			}
+		}
+		poll("the calculator's display", func() (bool, string) {
+			var reg api.RegistryResponse
+			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: calc}, &reg); err != nil {
+				return false, err.Error()
+			}
+			var texts []string
+			for _, e := range *reg.Elements {
+				if e.Role == "text" && e.Text != nil {
+					texts = append(texts, *e.Text)
+					if strings.TrimSpace(*e.Text) == "42" {
+						return true, ""
+					}
+				}
+			}
+			return false, strings.Join(texts, " | ")
+		})
+	})
+
 	t.Run("every execution is on the audit chain", func(t *testing.T) {
 		var tail api.AuditTailResult
 		w.pcpctlJSON(&tail, "audit", "tail", "-n", "50")

@@ -81,7 +81,7 @@ var paramTypes = []string{
 
 // Members each level of a manifest may have.
 var (
-	manifestMembers   = []string{"app_id", "capabilities", "description", "publisher", "signature", "version"}
+	manifestMembers   = []string{"accessible_name", "app_id", "capabilities", "description", "publisher", "signature", "version"}
 	capabilityMembers = []string{"confirmation_type", "description", "name", "parameters", "tier", "timeout_ms", "trust_level", "undo_window_ms"}
 	parameterMembers  = []string{"description", "name", "required", "type"}
 )
@@ -225,6 +225,16 @@ func (p *parser) manifest(raw json.RawMessage) (*api.Manifest, error) {
 	if v, ok := obj["description"]; ok {
 		if m.Description, perr = p.str("", "", "description", v, MaxDescription); perr != nil {
 			return nil, perr
+		}
+	}
+	// accessible_name ties the app to an application on the
+	// accessibility bus; being signed, a publisher vouches for it.
+	if v, ok := obj["accessible_name"]; ok {
+		if m.AccessibleName, perr = p.str("", "", "accessible_name", v, MaxAppID); perr != nil {
+			return nil, perr
+		}
+		if strings.TrimSpace(m.AccessibleName) == "" {
+			return nil, p.fieldError("", "", "accessible_name", "must not be empty")
 		}
 	}
 

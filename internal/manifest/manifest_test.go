@@ -100,6 +100,7 @@ func TestParseAllFields(t *testing.T) {
 	  "version": "1",
 	  "publisher": "Example Corp",
 	  "description": "Mail client",
+	  "accessible_name": "Example Mail",
 	  "signature": "",
 	  "capabilities": [
 	    {"name": "send_later", "tier": 3, "trust_level": "auto", "description": "Send at a time",
@@ -119,9 +120,10 @@ func TestParseAllFields(t *testing.T) {
 	}
 	yes, no := true, false
 	want := &api.Manifest{
-		Version:     "1",
-		Publisher:   "Example Corp",
-		Description: "Mail client",
+		Version:        "1",
+		Publisher:      "Example Corp",
+		Description:    "Mail client",
+		AccessibleName: "Example Mail",
 		Capabilities: []api.CapabilityDecl{
 			{
 				Name: "send_later", Tier: 3, TrustLevel: api.TrustAuto, Description: "Send at a time",
@@ -208,6 +210,8 @@ func TestParseErrors(t *testing.T) {
 		{"invalid utf8", "{\"version\":\"1\xff\"}", "", "-", []string{"UTF-8"}},
 		{"unknown member", `{"version":"1.0","capabilities":[],"signature":"","signatures":""}`, "signatures", "-", []string{`unknown member "signatures"`}},
 		{"version missing", `{"capabilities":[],"signature":""}`, "version", "-", []string{"version: required member missing"}},
+		{"accessible_name number", `{"version":"1.0","capabilities":[],"signature":"","accessible_name":7}`, "accessible_name", "-", []string{"accessible_name: expected string, got number"}},
+		{"accessible_name blank", `{"version":"1.0","capabilities":[],"signature":"","accessible_name":"  "}`, "accessible_name", "-", []string{"accessible_name: must not be empty"}},
 		{"version number", `{"version":1.0,"capabilities":[],"signature":""}`, "version", "-", []string{"version: expected string, got number"}},
 		{"version 2", `{"version":"2.0","capabilities":[],"signature":""}`, "version", "-", []string{`unsupported version "2.0"`}},
 		{"version 10", `{"version":"10","capabilities":[],"signature":""}`, "version", "-", []string{`unsupported version "10"`}},

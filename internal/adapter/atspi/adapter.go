@@ -69,7 +69,8 @@ type Config struct {
 	// the adapter's ("atspi.gnome-calculator"), so the capabilities of an
 	// app registered under its own id can run on its accessibility tree.
 	// Without an alias an execution acts only on the application its
-	// capability's app id names.
+	// capability's app id names. The broker adds aliases at run time from
+	// manifests' "accessible_name" (Alias).
 	Aliases map[string]string
 }
 
@@ -137,15 +138,40 @@ type Adapter struct {
 
 	focusMu   sync.Mutex // a leaf lock: taken last, held briefly
 	focusSurf string     // the surface last reported focused
+
+	// aliasMu guards aliases: other app ids (a manifest's) mapped to the
+	// adapter's, from Config.Aliases and Alias. A leaf lock.
+	aliasMu sync.RWMutex
+	aliases map[string]string
 }
 
 // New returns an adapter. It connects on first use, or at Connect.
 func New(cfg Config) *Adapter {
 	life, cancel := context.WithCancel(context.Background())
+	aliases := make(map[string]string, len(cfg.Aliases))
+	for k, v := range cfg.Aliases {
+		aliases[k] = v
+	}
 	return &Adapter{
 		cfg: cfg.withDefaults(), life: life, cancel: cancel, queue: newSigQueue(8192),
-		apps: map[string]*app{}, byID: map[string]*app{},
+		apps: map[string]*app{}, byID: map[string]*app{}, aliases: aliases,
 	}
+}
+
+// Alias makes appID, an app registered under its own id by a signed
+// manifest, stand for the application whose accessible name is
+// accessibleName, so that the app's capabilities can run on that
+// application's tree. An empty accessibleName removes the alias. When two
+// applications share the name, the alias is the first one's id.
+func (a *Adapter) Alias(appID, accessibleName string) {
+	a.aliasMu.Lock()
+	defer a.aliasMu.Unlock()
+	label := appLabel(accessibleName)
+	if label == "" {
+		delete(a.aliases, appID)
+		return
+	}
+	a.aliases[appID] = AppIDPrefix + label
 }
 
 // ID returns "atspi".
@@ -447,7 +473,9 @@ func (a *Adapter) appByID(ctx context.Context, id string) (*app, error) {
 
 // canonical returns the adapter's app id for id, following Aliases.
 func (a *Adapter) canonical(id string) string {
-	if alias, ok := a.cfg.Aliases[id]; ok {
+	a.aliasMu.RLock()
+	defer a.aliasMu.RUnlock()
+	if alias, ok := a.aliases[id]; ok {
 		return alias
 	}
 	return id
