@@ -86,6 +86,38 @@ func TestDesktop(t *testing.T) {
 		}
 	}
 
+	// elementTree is an app's flat tree, over the framed face.
+	elementTree := func(appID string) ([]api.ElementInfo, error) {
+		var reg api.RegistryResponse
+		if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: appID}, &reg); err != nil {
+			return nil, err
+		}
+		if reg.Elements == nil {
+			return nil, errors.New("ElementTree answered no elements")
+		}
+		return *reg.Elements, nil
+	}
+	// displayShows reports whether a text element of the calculator reads
+	// want, for poll; otherwise what the text elements read.
+	displayShows := func(want string) func() (bool, string) {
+		return func() (bool, string) {
+			elems, err := elementTree(calc)
+			if err != nil {
+				return false, err.Error()
+			}
+			var texts []string
+			for _, e := range elems {
+				if e.Role == "text" && e.Text != nil {
+					texts = append(texts, *e.Text)
+					if strings.TrimSpace(*e.Text) == want {
+						return true, ""
+					}
+				}
+			}
+			return false, strings.Join(texts, " | ")
+		}
+	}
+
 	t.Run("health and context", func(t *testing.T) {
 		h, err := agent.Health(ctx)
 		if err != nil {
@@ -189,14 +221,7 @@ func TestDesktop(t *testing.T) {
 		defer agent.Unsubscribe(ctx, sub.SubscriptionID)
 		// Two sensitive check boxes are named "checkbutton": take the first
 		// the tree lists, by its element id.
-		tree := func() ([]api.ElementInfo, error) {
-			var reg api.RegistryResponse
-			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: factory}, &reg); err != nil {
-				return nil, err
-			}
-			return *reg.Elements, nil
-		}
-		elems, err := tree()
+		elems, err := elementTree(factory)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +236,7 @@ func TestDesktop(t *testing.T) {
 			t.Fatal("no sensitive check box named checkbutton in the tree")
 		}
 		checked := func() (bool, string) {
-			elems, err := tree()
+			elems, err := elementTree(factory)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -247,11 +272,11 @@ func TestDesktop(t *testing.T) {
 			t.Fatalf("set_value 42: %+v, %v", res, err)
 		}
 		poll("the spin button's value", func() (bool, string) {
-			var reg api.RegistryResponse
-			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: factory}, &reg); err != nil {
+			elems, err := elementTree(factory)
+			if err != nil {
 				return false, err.Error()
 			}
-			for _, e := range *reg.Elements {
+			for _, e := range elems {
 				if e.Role == "spin button" && contains(e.States, "sensitive") && e.Text != nil {
 					return *e.Text == "42", *e.Text
 				}
@@ -279,22 +304,7 @@ func TestDesktop(t *testing.T) {
 				t.Fatalf("press %s: %v", key, err)
 			}
 		}
-		poll("the calculator's display", func() (bool, string) {
-			var reg api.RegistryResponse
-			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: calc}, &reg); err != nil {
-				return false, err.Error()
-			}
-			var texts []string
-			for _, e := range *reg.Elements {
-				if e.Role == "text" && e.Text != nil {
-					texts = append(texts, *e.Text)
-					if strings.TrimSpace(*e.Text) == "5" {
-						return true, ""
-					}
-				}
-			}
-			return false, strings.Join(texts, " | ")
-		})
+		poll("the calculator's display", displayShows("5"))
 		// An ambiguous press is refused on the framed face with 409.
 		p, _ := json.Marshal(map[string]any{"role": "push button"})
 		_, err := framed.Execute(ctx, calc+".activate", p, false)
@@ -332,22 +342,7 @@ func TestDesktop(t *testing.T) {
 				t.Fatalf("press %s as %s: %+v, %v", key, appID, res, err)
 			}
 		}
-		poll("the calculator's display", func() (bool, string) {
-			var reg api.RegistryResponse
-			if _, err := framed.Request(ctx, frame.RegistryQuery, &api.RegistryQuery{Kind: api.KindElementTree, AppID: calc}, &reg); err != nil {
-				return false, err.Error()
-			}
-			var texts []string
-			for _, e := range *reg.Elements {
-				if e.Role == "text" && e.Text != nil {
-					texts = append(texts, *e.Text)
-					if strings.TrimSpace(*e.Text) == "42" {
-						return true, ""
-					}
-				}
-			}
-			return false, strings.Join(texts, " | ")
-		})
+		poll("the calculator's display", displayShows("42"))
 	})
 
 	t.Run("every execution is on the audit chain", func(t *testing.T) {

@@ -6,12 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,16 +19,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pcp-dev/pcp/internal/golden"
+
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/tools/txtar"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/pavo"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite the expected lines of the pavo golden transcripts")
 
 // TestPavoGolden runs the transcripts in testdata/pavo: each drives a real
 // `pcpctl serve` subprocess over its stdin and stdout, against a real pcpd
@@ -81,16 +78,10 @@ var update = flag.Bool("update", false, "rewrite the expected lines of the pavo 
 // go test ./internal/e2e -run TestPavoGolden -update rewrites the expected
 // lines.
 func TestPavoGolden(t *testing.T) {
-	files, _ := filepath.Glob("testdata/pavo/*.txtar")
-	if len(files) == 0 {
-		t.Fatal("no pavo golden transcripts in testdata/pavo")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) {
-			t.Parallel()
-			runPavoGolden(t, f)
-		})
-	}
+	golden.ForEach(t, "testdata/pavo/*.txtar", func(t *testing.T, file string) {
+		t.Parallel()
+		runPavoGolden(t, file)
+	})
 }
 
 // pavoSchemas are the protocol's schemas, compiled once.
@@ -209,8 +200,8 @@ func dataDef(query string) string {
 	return b.String() + "Data"
 }
 
-// golden is one transcript's run.
-type golden struct {
+// pavoRun is one transcript's run.
+type pavoRun struct {
 	t    *testing.T
 	w    *world
 	file string
@@ -238,29 +229,20 @@ type agentRun struct {
 }
 
 func runPavoGolden(t *testing.T, file string) {
-	ar, err := txtar.ParseFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var transcript []byte
-	for _, f := range ar.Files {
-		if f.Name == "transcript" {
-			transcript = f.Data
-		}
-	}
-	if transcript == nil {
+	ar := golden.Load(t, file)
+	if ar.Section("transcript") == nil {
 		t.Fatalf("%s has no transcript section", file)
 	}
 	w := newWorld(t)
 	// No accessibility bus here; liveness checks are left out so that no
 	// audit entry or event depends on timing.
 	w.pcpdArgs = []string{"--atspi=false", "--liveness-interval", "1h"}
-	g := &golden{t: t, w: w, file: file, agents: map[string]*agentRun{}}
+	g := &pavoRun{t: t, w: w, file: file, agents: map[string]*agentRun{}}
 	g.norm = newNormalizer(w)
 	g.startServe()
 
 	var out bytes.Buffer
-	lines := strings.Split(strings.TrimSuffix(string(transcript), "\n"), "\n")
+	lines := ar.Lines("transcript")
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		at := fmt.Sprintf("%s:%d", file, i+1)
@@ -283,7 +265,7 @@ func runPavoGolden(t *testing.T, file string) {
 				want = lines[i]
 			}
 			if !strings.HasPrefix(want, "= ") {
-				if !*update {
+				if !*golden.Update {
 					t.Fatalf("%s: %q must be followed by a \"= OUTCOME\" line", at, line)
 				}
 				i-- // insert the outcome line
@@ -321,33 +303,26 @@ func runPavoGolden(t *testing.T, file string) {
 		t.Errorf("pcpctl serve wrote to stderr:\n%s", s)
 	}
 
-	if *update {
-		for i := range ar.Files {
-			if ar.Files[i].Name == "transcript" {
-				ar.Files[i].Data = out.Bytes()
-			}
-		}
-		if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if *golden.Update {
+		ar.Save(t, "transcript", out.Bytes())
 	}
 }
 
 // check compares got with the expected line want; with -update it
 // returns got to be written instead.
-func (g *golden) check(at, want, got string) string {
+func (g *pavoRun) check(at, want, got string) string {
 	g.t.Helper()
 	if got == want {
 		return want
 	}
-	if *update {
+	if *golden.Update {
 		return got
 	}
 	g.t.Fatalf("%s: mismatch\n got: %s\nwant: %s", at, got, want)
 	return ""
 }
 
-func (g *golden) startServe() {
+func (g *pavoRun) startServe() {
 	t := g.t
 	cmd := exec.Command(bin(t, "pcpctl"), "serve")
 	cmd.Env = g.w.env
@@ -385,7 +360,7 @@ func (g *golden) startServe() {
 	}()
 }
 
-func (g *golden) send(line []byte) {
+func (g *pavoRun) send(line []byte) {
 	g.lastRequest = line
 	if _, err := g.stdin.Write(append(line, '\n')); err != nil {
 		g.t.Fatalf("writing to pcpctl serve: %v", err)
@@ -393,7 +368,7 @@ func (g *golden) send(line []byte) {
 }
 
 // reply reads the driver's next line, validates it and normalizes it.
-func (g *golden) reply(at string) string {
+func (g *pavoRun) reply(at string) string {
 	g.t.Helper()
 	select {
 	case r := <-g.replies:
@@ -423,7 +398,7 @@ func (g *golden) reply(at string) string {
 
 // directive runs one "!" line; it reports an outcome when the directive
 // has one.
-func (g *golden) directive(at string, args []string) (string, bool) {
+func (g *pavoRun) directive(at string, args []string) (string, bool) {
 	t, w := g.t, g.w
 	if len(args) == 0 {
 		t.Fatalf("%s: empty directive", at)
@@ -510,7 +485,7 @@ func (g *golden) directive(at string, args []string) (string, bool) {
 }
 
 // outcome renders a pcpctl run as "exit CODE: OUTPUT".
-func (g *golden) outcome(r result) string {
+func (g *pavoRun) outcome(r result) string {
 	out := strings.TrimSpace(r.stdout)
 	if r.code == 0 {
 		var buf bytes.Buffer
@@ -523,7 +498,7 @@ func (g *golden) outcome(r result) string {
 	return g.norm.apply(fmt.Sprintf("exit %d: %s", r.code, out))
 }
 
-func (g *golden) startAgent(at, name string, args []string) {
+func (g *pavoRun) startAgent(at, name string, args []string) {
 	if g.agents[name] != nil {
 		g.t.Fatalf("%s: agent %s already started", at, name)
 	}
@@ -563,7 +538,7 @@ var demoTree = api.Element{
 	},
 }
 
-func (g *golden) startAdapter(at string) {
+func (g *pavoRun) startAdapter(at string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	handler := func(_ context.Context, method string, params json.RawMessage) (any, error) {

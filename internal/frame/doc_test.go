@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/pcp-dev/pcp/internal/golden"
 )
 
 const docFile = "../../docs/framed.md"
@@ -38,7 +40,7 @@ func TestDoc(t *testing.T) {
 	}
 	want := registryTable()
 	if got := string(doc[i+len(begin) : j]); got != want {
-		if !*update {
+		if !*golden.Update {
 			t.Errorf("%s: registry table is stale; run go test ./internal/frame -update", docFile)
 		} else {
 			doc = append(append(append([]byte(nil), doc[:i+len(begin)]...), want...), doc[j:]...)

@@ -3,15 +3,13 @@ package frame
 import (
 	"bytes"
 	"encoding/hex"
-	"flag"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/pcp-dev/pcp/internal/golden"
+
 	"golang.org/x/tools/txtar"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/frames.txtar and the generated parts of docs/framed.md")
 
 const goldenFile = "testdata/frames.txtar"
 
@@ -63,19 +61,14 @@ func parseHex(t *testing.T, s string) []byte {
 }
 
 func TestGoldenFrames(t *testing.T) {
-	if *update {
+	if *golden.Update {
 		ar := &txtar.Archive{Comment: []byte(goldenComment)}
 		for _, g := range goldenFrames {
 			ar.Files = append(ar.Files, txtar.File{Name: g.name, Data: []byte(hexDump(Append(nil, g.f)))})
 		}
-		if err := os.WriteFile(goldenFile, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		golden.Write(t, goldenFile, ar)
 	}
-	ar, err := txtar.ParseFile(goldenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ar := golden.Load(t, goldenFile)
 	if got, want := len(ar.Files), len(goldenFrames); got != want {
 		t.Fatalf("%s has %d sections, want %d", goldenFile, got, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -108,4 +109,22 @@ func SocketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
 	a, b := mk(fds[0]), mk(fds[1])
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
+}
+
+// GoldenTime is the fixed clock of golden transcripts:
+// 2023-11-13T11:55:43Z, the timestamp of spec 000's pushed-event example.
+var GoldenTime = time.Unix(1699876543, 0).UTC()
+
+// SeqIDs returns a core.Config NewID that numbers ids per prefix from 1
+// ("sub-1", "conf-2"), so transcripts can be compared byte for byte. It is
+// safe for concurrent use.
+func SeqIDs() func(prefix string) string {
+	var mu sync.Mutex
+	ids := map[string]int{}
+	return func(prefix string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		ids[prefix]++
+		return prefix + "-" + strconv.Itoa(ids[prefix])
+	}
 }

@@ -3,19 +3,18 @@ package tier1
 import (
 	"bytes"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/pcp-dev/pcp/internal/golden"
+
 	"golang.org/x/tools/txtar"
 
 	"github.com/pcp-dev/pcp/internal/frame"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/payloads.txtar and the fuzz seed corpus in testdata/fuzz")
 
 const goldenFile = "testdata/payloads.txtar"
 
@@ -56,20 +55,15 @@ func mustEncode(t testing.TB, m Message) []byte {
 // TestGolden pins the bytes of every sample, so a change of key numbers,
 // types or options cannot slip through without a reviewed diff.
 func TestGolden(t *testing.T) {
-	if *update {
+	if *golden.Update {
 		ar := &txtar.Archive{Comment: []byte(goldenComment)}
 		for _, s := range samples {
 			ar.Files = append(ar.Files, txtar.File{Name: s.name, Data: []byte(hexDump(mustEncode(t, s.m)))})
 		}
-		if err := os.WriteFile(goldenFile, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		golden.Write(t, goldenFile, ar)
 		writeSeeds(t)
 	}
-	ar, err := txtar.ParseFile(goldenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ar := golden.Load(t, goldenFile)
 	if got, want := len(ar.Files), len(samples); got != want {
 		t.Fatalf("%s has %d sections, want %d", goldenFile, got, want)
 	}

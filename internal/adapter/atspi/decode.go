@@ -67,16 +67,8 @@ func decodeRef(v any) (ref, error) {
 // decodeRefs decodes an a(so); malformed entries are skipped, and at most
 // maxChildren are kept (truncated reports a cut).
 func decodeRefs(v any) (refs []ref, truncated bool, err error) {
-	var elems []any
-	switch s := v.(type) {
-	case [][]any:
-		elems = make([]any, len(s))
-		for i := range s {
-			elems[i] = s[i]
-		}
-	case []any:
-		elems = s
-	default:
+	elems, ok := anySlice(v)
+	if !ok {
 		return nil, false, fmt.Errorf("object references: want a(so), got %T", v)
 	}
 	if len(elems) > maxChildren {
@@ -263,16 +255,8 @@ func decodeItems(body []any, limit int) (items []cacheItem, bad int, truncated b
 	if len(body) != 1 {
 		return nil, 0, false, fmt.Errorf("GetItems: want one value, got %d", len(body))
 	}
-	var elems []any
-	switch s := body[0].(type) {
-	case [][]any:
-		elems = make([]any, len(s))
-		for i := range s {
-			elems[i] = s[i]
-		}
-	case []any:
-		elems = s
-	default:
+	elems, ok := anySlice(body[0])
+	if !ok {
 		return nil, 0, false, fmt.Errorf("GetItems: want an array of items, got %T", body[0])
 	}
 	if len(elems) > limit {
@@ -470,4 +454,20 @@ func decodeActionNames(v any) ([]string, error) {
 		out = append(out, clean(n, maxNameBytes))
 	}
 	return out, nil
+}
+
+// anySlice returns an array of structs as godbus decodes it: []any, or
+// [][]any when every element is a struct of the same signature.
+func anySlice(v any) ([]any, bool) {
+	switch s := v.(type) {
+	case [][]any:
+		elems := make([]any, len(s))
+		for i := range s {
+			elems[i] = s[i]
+		}
+		return elems, true
+	case []any:
+		return s, true
+	}
+	return nil, false
 }

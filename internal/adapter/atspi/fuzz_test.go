@@ -3,7 +3,6 @@ package atspi
 import (
 	"bytes"
 	"encoding/binary"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,10 +10,10 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/pcp-dev/pcp/internal/golden"
+
 	"github.com/godbus/dbus/v5"
 )
-
-var update = flag.Bool("update", false, "rewrite the fuzz seed corpora in testdata/fuzz")
 
 // Fuzz targets for the paths that decode what applications send. The
 // seeds are real replies' shapes: GetItems in both layouts, an event
@@ -220,7 +219,7 @@ func FuzzCacheItem(f *testing.F) {
 // they decode as godbus messages.
 func TestFuzzSeeds(t *testing.T) {
 	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeReply")
-	if *update {
+	if *golden.Update {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +231,7 @@ func TestFuzzSeeds(t *testing.T) {
 		}
 	}
 	itemDir := filepath.Join("testdata", "fuzz", "FuzzCacheItem")
-	if *update {
+	if *golden.Update {
 		if err := os.MkdirAll(itemDir, 0o755); err != nil {
 			t.Fatal(err)
 		}

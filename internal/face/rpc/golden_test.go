@@ -4,11 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"flag"
-	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,14 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/tools/txtar"
-
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/golden"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
 
 // A golden transcript is a txtar file with a "transcript" section of
 // lines, each addressed to a named connection:
@@ -46,19 +39,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts' expecte
 // The broker runs with a fixed clock and deterministic ids, so replies
 // are compared byte for byte. Run with -update to regenerate the expected
 // lines after an intended change, and review the diff.
-func TestGolden(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txtar")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no golden transcripts found: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) { runGolden(t, f) })
-	}
-}
-
-// fixedNow is the clock of golden runs: 2023-11-13T11:55:43Z, the
-// timestamp of spec 000's pushed-event example.
-var fixedNow = time.Unix(1699876543, 0).UTC()
+func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
 
 type goldenEnv struct {
 	t     *testing.T
@@ -71,39 +52,31 @@ type goldenEnv struct {
 type goldenConn struct {
 	c  net.Conn
 	rd *bufio.Reader
+	// served is closed when the face has finished with the connection
+	// (its session closed).
+	served chan struct{}
 }
 
 func runGolden(t *testing.T, file string) {
-	ar, err := txtar.ParseFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var transcript []byte
+	ar := golden.Load(t, file)
 	allowUnsigned, maxLine := false, 0
 	limits := core.RateLimits{}
-	for _, f := range ar.Files {
-		switch f.Name {
-		case "transcript":
-			transcript = f.Data
-		case "config":
-			for _, line := range strings.Split(string(f.Data), "\n") {
-				fields := strings.Fields(line)
-				switch {
-				case len(fields) == 0:
-				case fields[0] == "allow_unsigned":
-					allowUnsigned = true
-				case fields[0] == "max_line" && len(fields) == 2:
-					maxLine, _ = strconv.Atoi(fields[1])
-				case fields[0] == "rate_per_app" && len(fields) == 3:
-					limits.PerApp, _ = strconv.ParseFloat(fields[1], 64)
-					limits.PerAppBurst, _ = strconv.Atoi(fields[2])
-				case fields[0] == "rate_per_connection" && len(fields) == 3:
-					limits.PerConnection, _ = strconv.ParseFloat(fields[1], 64)
-					limits.PerConnectionBurst, _ = strconv.Atoi(fields[2])
-				default:
-					t.Fatalf("unknown config line %q", line)
-				}
-			}
+	for _, line := range ar.Lines("config") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 0:
+		case fields[0] == "allow_unsigned":
+			allowUnsigned = true
+		case fields[0] == "max_line" && len(fields) == 2:
+			maxLine, _ = strconv.Atoi(fields[1])
+		case fields[0] == "rate_per_app" && len(fields) == 3:
+			limits.PerApp, _ = strconv.ParseFloat(fields[1], 64)
+			limits.PerAppBurst, _ = strconv.Atoi(fields[2])
+		case fields[0] == "rate_per_connection" && len(fields) == 3:
+			limits.PerConnection, _ = strconv.ParseFloat(fields[1], 64)
+			limits.PerConnectionBurst, _ = strconv.Atoi(fields[2])
+		default:
+			t.Fatalf("unknown config line %q", line)
 		}
 	}
 	for _, k := range []string{"XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "DISPLAY", "WAYLAND_DISPLAY"} {
@@ -113,10 +86,7 @@ func runGolden(t *testing.T, file string) {
 	defer env.close()
 
 	var out bytes.Buffer
-	lines := strings.Split(string(transcript), "\n")
-	if len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
+	lines := ar.Lines("transcript")
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		name, op, rest, ok := parseLine(line)
@@ -146,7 +116,7 @@ func runGolden(t *testing.T, file string) {
 				g, err := env.conn(name).recv()
 				if err != nil {
 					t.Errorf("%s:%d: %s: reading reply: %v (want %s)", file, i+1, name, err, want[len(got)])
-					if !*update {
+					if !*golden.Update {
 						return
 					}
 					g = "?"
@@ -154,7 +124,7 @@ func runGolden(t *testing.T, file string) {
 				got = append(got, g)
 			}
 			if !sameLines(got, want) {
-				if !*update {
+				if !*golden.Update {
 					t.Errorf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
 					return
 				}
@@ -175,25 +145,24 @@ func runGolden(t *testing.T, file string) {
 			}
 			switch rest {
 			case "close":
-				env.conn(name).c.Close()
+				gc := env.conn(name)
+				gc.c.Close()
 				delete(env.conns, name)
-				// Let the daemon notice before the next line.
-				time.Sleep(50 * time.Millisecond)
+				// The next line may depend on the daemon having let go
+				// of the connection (an adapter's surfaces gone).
+				select {
+				case <-gc.served:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%s:%d: the face still serves %s 5s after it closed", file, i+1, name)
+				}
 			default:
 				t.Fatalf("%s:%d: unknown directive %q", file, i+1, rest)
 			}
 			out.WriteString(line + "\n")
 		}
 	}
-	if *update {
-		for i := range ar.Files {
-			if ar.Files[i].Name == "transcript" {
-				ar.Files[i].Data = out.Bytes()
-			}
-		}
-		if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if *golden.Update {
+		ar.Save(t, "transcript", out.Bytes())
 	}
 }
 
@@ -225,11 +194,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	var (
-		idMu sync.Mutex
-		ids  = map[string]int{}
-	)
-	clk := testkit.NewClock(fixedNow)
+	clk := testkit.NewClock(testkit.GoldenTime)
 	b, err := core.New(context.Background(), core.Config{
 		Store:         st,
 		TrustDir:      t.TempDir(),
@@ -240,12 +205,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		LivenessInterval: -1,
 		Now:              clk.Now,
 		AfterFunc:        clk.AfterFunc,
-		NewID: func(prefix string) string {
-			idMu.Lock()
-			defer idMu.Unlock()
-			ids[prefix]++
-			return fmt.Sprintf("%s-%d", prefix, ids[prefix])
-		},
+		NewID:            testkit.SeqIDs(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -269,12 +229,13 @@ func (e *goldenEnv) conn(name string) *goldenConn {
 	case strings.HasPrefix(name, "tcp"):
 		info = core.SessionInfo{Role: core.RoleAgent, Transport: "tcp", Remote: "127.0.0.1:50000", NeedsAuth: true, UID: -1, PID: -1}
 	}
+	gc := &goldenConn{c: client, rd: bufio.NewReaderSize(client, 1<<20), served: make(chan struct{})}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		defer close(gc.served)
 		e.srv.ServeConn(server, info)
 	}()
-	gc := &goldenConn{c: client, rd: bufio.NewReaderSize(client, 1<<20)}
 	e.conns[name] = gc
 	return gc
 }

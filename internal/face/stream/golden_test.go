@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,19 +15,16 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/tools/txtar"
-
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/appsock"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
 	"github.com/pcp-dev/pcp/internal/frame"
+	"github.com/pcp-dev/pcp/internal/golden"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
 	"github.com/pcp-dev/pcp/internal/tier1"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden transcripts' expected lines")
 
 // A golden transcript here is a txtar file whose "transcript" section
 // holds lines addressed to named connections:
@@ -52,15 +47,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts' expecte
 // per-app socket the daemon opened for it (apps.socket first); the socket
 // directory reads as $APPS in JSON-RPC lines. The broker runs on a fixed
 // clock with deterministic ids.
-func TestGolden(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.txtar")
-	if len(files) == 0 {
-		t.Fatal("no golden transcripts")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txtar"), func(t *testing.T) { runGolden(t, f) })
-	}
-}
+func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
 
 type env struct {
 	t      *testing.T
@@ -77,18 +64,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	var mu sync.Mutex
-	ids := map[string]int{}
 	b, err := core.New(context.Background(), core.Config{
 		Store: st, TrustDir: t.TempDir(), AllowUnsigned: true, SessionID: "session-1",
-		Now:        func() time.Time { return time.Unix(1699876543, 0).UTC() },
+		Now:        func() time.Time { return testkit.GoldenTime },
 		RateLimits: &core.RateLimits{}, LivenessInterval: -1,
-		NewID: func(prefix string) string {
-			mu.Lock()
-			defer mu.Unlock()
-			ids[prefix]++
-			return fmt.Sprintf("%s-%d", prefix, ids[prefix])
-		},
+		NewID: testkit.SeqIDs(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +116,7 @@ func (e *env) conn(name string) net.Conn {
 }
 
 func runGolden(t *testing.T, file string) {
-	ar, err := txtar.ParseFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ar := golden.Load(t, file)
 	e := newEnv(t)
 	defer func() {
 		for _, c := range e.conns {
@@ -147,16 +124,10 @@ func runGolden(t *testing.T, file string) {
 		}
 		e.wg.Wait()
 	}()
-	var transcript []byte
-	for _, f := range ar.Files {
-		if f.Name == "transcript" {
-			transcript = f.Data
-		}
-	}
 	var out bytes.Buffer
 	readers := map[string]*frame.Reader{}
 	lineReaders := map[string]*lineReader{}
-	lines := strings.Split(strings.TrimSuffix(string(transcript), "\n"), "\n")
+	lines := ar.Lines("transcript")
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		name, op, rest, ok := parse(line)
@@ -180,7 +151,10 @@ func runGolden(t *testing.T, file string) {
 				t.Fatalf("%s:%d: write: %v", file, i+1, err)
 			}
 		case op == '>':
-			var b []byte
+			var (
+				b   []byte
+				err error
+			)
 			if h, ok := strings.CutPrefix(rest, "hex: "); ok {
 				if b, err = hex.DecodeString(strings.ReplaceAll(h, " ", "")); err != nil {
 					t.Fatalf("%s:%d: %v", file, i+1, err)
@@ -206,7 +180,7 @@ func runGolden(t *testing.T, file string) {
 				t.Fatalf("%s:%d: %v", file, i+1, err)
 			}
 			got = strings.ReplaceAll(got, e.apps.Dir(), "$APPS")
-			if got != rest && !*update {
+			if got != rest && !*golden.Update {
 				t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, got, rest)
 			}
 			line = name + "< " + got
@@ -246,7 +220,7 @@ func runGolden(t *testing.T, file string) {
 					parse = parseAppFrame
 				}
 				f, err := parse(w)
-				if err != nil && !*update {
+				if err != nil && !*golden.Update {
 					t.Fatalf("%s:%d: %v", file, i+1, err)
 				}
 				wantBytes = append(wantBytes, string(frame.Append(nil, f)))
@@ -254,7 +228,7 @@ func runGolden(t *testing.T, file string) {
 			slices.Sort(gotBytes)
 			slices.Sort(wantBytes)
 			if !slices.Equal(gotBytes, wantBytes) {
-				if !*update {
+				if !*golden.Update {
 					t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
 				}
 				want = got
@@ -266,15 +240,8 @@ func runGolden(t *testing.T, file string) {
 		}
 		out.WriteString(line + "\n")
 	}
-	if *update {
-		for i := range ar.Files {
-			if ar.Files[i].Name == "transcript" {
-				ar.Files[i].Data = out.Bytes()
-			}
-		}
-		if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if *golden.Update {
+		ar.Save(t, "transcript", out.Bytes())
 	}
 }
 
