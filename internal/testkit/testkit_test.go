@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -41,5 +42,53 @@ func TestSocketPair(t *testing.T) {
 	buf := make([]byte, 1)
 	if _, err := b.Read(buf); err != nil || buf[0] != 'x' {
 		t.Fatalf("read %q, %v", buf, err)
+	}
+}
+
+func TestCheckGoroutinesCatchesALeak(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	defer func(d time.Duration) { leakWait = d }(leakWait)
+	leakWait = 100 * time.Millisecond
+	var inner fakeTB
+	func() {
+		CheckGoroutines(&inner)
+		go func() { <-stop }()
+		inner.runCleanups()
+	}()
+	if !inner.failed {
+		t.Fatal("a goroutine left running was not reported")
+	}
+}
+
+func TestCheckGoroutinesWaitsForEnding(t *testing.T) {
+	var inner fakeTB
+	CheckGoroutines(&inner)
+	done := make(chan struct{})
+	go func() { <-done }()
+	close(done)
+	inner.runCleanups()
+	if inner.failed {
+		t.Fatalf("a goroutine that ended was reported: %s", inner.msg)
+	}
+}
+
+// fakeTB records what CheckGoroutines reports.
+type fakeTB struct {
+	testing.TB
+	cleanups []func()
+	failed   bool
+	msg      string
+}
+
+func (f *fakeTB) Helper()           {}
+func (f *fakeTB) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeTB) Errorf(format string, args ...any) {
+	f.failed = true
+	f.msg = fmt.Sprintf(format, args...)
+}
+func (f *fakeTB) runCleanups() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
 	}
 }
