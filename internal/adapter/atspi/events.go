@@ -2,6 +2,7 @@ package atspi
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,10 +182,11 @@ func (ap *app) surfaceEventLocked(typ string, p dbus.ObjectPath, num int) pcpEve
 }
 
 // apply updates the cache for one event and returns the PCP events it
-// means.
+// means: the handler eventHandlers names for the event's kind does both.
 func (ap *app) apply(ev event) []pcpEvent {
 	ap.mu.Lock()
 	defer ap.mu.Unlock()
+	defer ap.changedLocked()
 	if ap.loading {
 		ap.touched[ev.path] = true
 	}
@@ -192,167 +194,234 @@ func (ap *app) apply(ev event) []pcpEvent {
 	if n != nil {
 		n.gen++
 	}
-	id := ElementID(ap.bus, ev.path)
-	sid := ap.surfaceIDLocked(ev.path)
-	elem := func(typ string, data map[string]any) []pcpEvent {
-		data["element_id"], data["app_id"] = id, ap.id
-		if sid != "" {
-			data["surface_id"] = sid
-		}
-		if n != nil {
-			data["role"], data["name"] = RoleName(n.role), n.name
-		}
-		return []pcpEvent{{typ, ap.id, sid, data}}
-	}
-	defer ap.changedLocked()
-
-	switch ev.kind {
-	case "object:state-changed":
-		on := ev.d1 != 0
-		bit := stateBit(ev.detail)
-		if n != nil {
-			if bit > 0 {
-				n.states = n.states.with(bit, on)
-			} else {
-				n.infoStale = true
-			}
-		}
-		out := elem(api.EventElementStateChanged, map[string]any{"state": normState(ev.detail), "value": on})
-		if (bit == stActive || bit == stFocused) && on {
-			if f := ap.focusEventLocked(sid, id, bit == stFocused); f != nil {
-				out = append(out, *f)
-			}
-		}
-		return out
-
-	case "object:property-change":
-		switch ev.detail {
-		case "accessible-name":
-			s, ok := eventString(ev.data)
-			if n != nil {
-				if ok {
-					n.name = s
-				} else {
-					n.infoStale = true
-				}
-			}
-			if n != nil && n.parent == rootPath && sid != "" {
-				return []pcpEvent{{api.EventSurfaceTitleChanged, ap.id, sid, map[string]any{"surface_id": sid, "app_id": ap.id, "title": s, "element_id": id}}}
-			}
-			return nil
-		case "accessible-description":
-			if s, ok := eventString(ev.data); ok && n != nil {
-				n.desc = s
-			}
-			return nil
-		case "accessible-value":
-			if n != nil {
-				n.valueOK = false
-			}
-			return elem(api.EventElementValueChanged, map[string]any{"kind": "value"})
-		case "accessible-parent":
-			if n != nil {
-				ap.staleKids[n.parent] = true
-				n.infoStale = true
-			}
-			return nil
-		}
-		if n != nil && strings.HasPrefix(ev.detail, "accessible-role") {
-			n.infoStale = true
-		}
-		return nil
-
-	case "object:value-changed":
-		if n != nil {
-			n.valueOK = false
-		}
-		return elem(api.EventElementValueChanged, map[string]any{"kind": "value"})
-
-	case "object:text-changed":
-		if n != nil {
-			n.textOK = false
-		}
-		return elem(api.EventElementValueChanged, map[string]any{"kind": "text", "change": ev.detail})
-
-	case "object:children-changed":
-		change, _, _ := strings.Cut(ev.detail, "/")
-		var child dbus.ObjectPath
-		if r, err := decodeRef(ev.data); err == nil && r.bus == ap.bus {
-			child = r.path
-		}
-		if n != nil || ev.path == rootPath {
-			ap.staleKids[ev.path] = true
-		}
-		var out []pcpEvent
-		if ev.path == rootPath && child != "" {
-			switch change {
-			case "add":
-				if _, ok := ap.surfaces[child]; !ok {
-					ap.nextSurf++
-					ap.surfaces[child] = ap.nextSurf
-					out = append(out, ap.surfaceEventLocked(api.EventSurfaceCreated, child, ap.nextSurf))
-				}
-			case "remove":
-				if num, ok := ap.surfaces[child]; ok {
-					out = append(out, ap.surfaceEventLocked(api.EventSurfaceDestroyed, child, num))
-					delete(ap.surfaces, child)
-				}
-			}
-		}
-		if change == "remove" && child != "" {
-			if cn := ap.nodes[child]; cn != nil && cn.parent == ev.path {
-				ap.pruneLocked(child)
-				if n != nil {
-					kids := n.children[:0:0]
-					for _, c := range n.children {
-						if c != child {
-							kids = append(kids, c)
-						}
-					}
-					n.children = kids
-				}
-			}
-		}
-		data := map[string]any{"change": change, "index": ev.d1}
-		if child != "" {
-			data["child_id"] = ElementID(ap.bus, child)
-		}
-		return append(out, elem(api.EventElementChildrenChanged, data)...)
-
-	case "window:activate":
-		if f := ap.focusEventLocked(sid, id, false); f != nil {
-			return []pcpEvent{*f}
-		}
-		return nil
-
-	case "focus:":
-		if f := ap.focusEventLocked(sid, id, true); f != nil {
-			return []pcpEvent{*f}
-		}
-		return nil
-
-	case "object:bounds-changed":
-		if n != nil {
-			n.boundsAt = time.Time{}
-		}
-		return nil
-
-	case "object:model-changed":
-		if n != nil {
-			ap.staleKids[ev.path] = true
-		}
+	h := eventHandlers[ev.kind]
+	if h == nil {
+		// Everything else (window:create and :destroy, which
+		// children-changed on the root also reports; caret moves;
+		// selection and active descendant changes, whose state changes
+		// arrive on their own) leaves the cache as it is.
 		return nil
 	}
-	// Everything else (window:create and :destroy, which children-changed
-	// on the root also reports; caret moves; selection and active
-	// descendant changes, whose state changes arrive on their own) leaves
-	// the cache as it is.
+	return h(ap, &subject{ev: ev, n: n, id: ElementID(ap.bus, ev.path), sid: ap.surfaceIDLocked(ev.path)})
+}
+
+// subject is what an event handler works on: the event, the cached node it
+// names (nil if the cache does not hold it), its element id and the id of
+// the surface it is in ("" if none).
+type subject struct {
+	ev      event
+	n       *node
+	id, sid string
+}
+
+// eventHandler applies one kind of event to the cache and returns the PCP
+// events it means. Called with ap.mu held.
+type eventHandler func(ap *app, s *subject) []pcpEvent
+
+// eventHandlers holds, per event kind, what it does to the cache (see the
+// table at eventLoop).
+var eventHandlers = map[string]eventHandler{
+	"object:state-changed":    (*app).stateChangedLocked,
+	"object:property-change":  (*app).propertyChangedLocked,
+	"object:value-changed":    (*app).valueChangedLocked,
+	"object:text-changed":     (*app).textChangedLocked,
+	"object:children-changed": (*app).childrenChangedLocked,
+	"window:activate":         (*app).windowActivatedLocked,
+	"focus:":                  (*app).focusedLocked,
+	"object:bounds-changed":   (*app).boundsChangedLocked,
+	"object:model-changed":    (*app).modelChangedLocked,
+}
+
+// elementEventLocked is the PCP event typ about s's element, with data and
+// the fields every element event carries.
+func (ap *app) elementEventLocked(s *subject, typ string, data map[string]any) []pcpEvent {
+	data["element_id"], data["app_id"] = s.id, ap.id
+	if s.sid != "" {
+		data["surface_id"] = s.sid
+	}
+	if s.n != nil {
+		data["role"], data["name"] = RoleName(s.n.role), s.n.name
+	}
+	return []pcpEvent{{typ, ap.id, s.sid, data}}
+}
+
+// stateChangedLocked sets or clears the state bit; a state the adapter
+// has no bit for makes the node's description stale. A window becoming
+// active, or an element focused, may move the focus to another surface.
+func (ap *app) stateChangedLocked(s *subject) []pcpEvent {
+	on := s.ev.d1 != 0
+	bit := stateBit(s.ev.detail)
+	if s.n != nil {
+		if bit > 0 {
+			s.n.states = s.n.states.with(bit, on)
+		} else {
+			s.n.infoStale = true
+		}
+	}
+	out := ap.elementEventLocked(s, api.EventElementStateChanged, map[string]any{"state": normState(s.ev.detail), "value": on})
+	if (bit == stActive || bit == stFocused) && on {
+		out = append(out, ap.focusEventLocked(s.sid, s.id, bit == stFocused)...)
+	}
+	return out
+}
+
+// propertyHandlers holds, per accessible property, what its change does to
+// the cache.
+var propertyHandlers = map[string]eventHandler{
+	"accessible-name":        (*app).nameChangedLocked,
+	"accessible-description": (*app).descriptionChangedLocked,
+	"accessible-value":       (*app).valueChangedLocked,
+	"accessible-parent":      (*app).parentChangedLocked,
+}
+
+func (ap *app) propertyChangedLocked(s *subject) []pcpEvent {
+	if h := propertyHandlers[s.ev.detail]; h != nil {
+		return h(ap, s)
+	}
+	if s.n != nil && strings.HasPrefix(s.ev.detail, "accessible-role") {
+		s.n.infoStale = true
+	}
+	return nil
+}
+
+// nameChangedLocked replaces the name in place; a window's new name is its
+// surface's new title.
+func (ap *app) nameChangedLocked(s *subject) []pcpEvent {
+	name, ok := eventString(s.ev.data)
+	n := s.n
+	if n == nil {
+		return nil
+	}
+	if ok {
+		n.name = name
+	} else {
+		n.infoStale = true
+	}
+	if n.parent == rootPath && s.sid != "" {
+		return []pcpEvent{{api.EventSurfaceTitleChanged, ap.id, s.sid, map[string]any{"surface_id": s.sid, "app_id": ap.id, "title": name, "element_id": s.id}}}
+	}
+	return nil
+}
+
+func (ap *app) descriptionChangedLocked(s *subject) []pcpEvent {
+	if desc, ok := eventString(s.ev.data); ok && s.n != nil {
+		s.n.desc = desc
+	}
+	return nil
+}
+
+// parentChangedLocked has the old parent's children listed again.
+func (ap *app) parentChangedLocked(s *subject) []pcpEvent {
+	if s.n != nil {
+		ap.staleKids[s.n.parent] = true
+		s.n.infoStale = true
+	}
+	return nil
+}
+
+// valueChangedLocked has the value fetched again on the next read.
+func (ap *app) valueChangedLocked(s *subject) []pcpEvent {
+	if s.n != nil {
+		s.n.valueOK = false
+	}
+	return ap.elementEventLocked(s, api.EventElementValueChanged, map[string]any{"kind": "value"})
+}
+
+// textChangedLocked has the text fetched again on the next read.
+func (ap *app) textChangedLocked(s *subject) []pcpEvent {
+	if s.n != nil {
+		s.n.textOK = false
+	}
+	return ap.elementEventLocked(s, api.EventElementValueChanged, map[string]any{"kind": "text", "change": s.ev.detail})
+}
+
+// childrenChangedLocked has the node's children listed again on the next
+// read and drops a removed child's subtree at once; a child added to or
+// removed from the root is a surface created or destroyed.
+func (ap *app) childrenChangedLocked(s *subject) []pcpEvent {
+	change, _, _ := strings.Cut(s.ev.detail, "/")
+	var child dbus.ObjectPath
+	if r, err := decodeRef(s.ev.data); err == nil && r.bus == ap.bus {
+		child = r.path
+	}
+	if s.n != nil || s.ev.path == rootPath {
+		ap.staleKids[s.ev.path] = true
+	}
+	var out []pcpEvent
+	if s.ev.path == rootPath && child != "" {
+		out = ap.surfaceChangedLocked(change, child)
+	}
+	if change == "remove" && child != "" {
+		ap.removeChildLocked(s.n, s.ev.path, child)
+	}
+	data := map[string]any{"change": change, "index": s.ev.d1}
+	if child != "" {
+		data["child_id"] = ElementID(ap.bus, child)
+	}
+	return append(out, ap.elementEventLocked(s, api.EventElementChildrenChanged, data)...)
+}
+
+// surfaceChangedLocked numbers a window added to the root, or forgets one
+// removed, and returns the surface event that means.
+func (ap *app) surfaceChangedLocked(change string, w dbus.ObjectPath) []pcpEvent {
+	switch change {
+	case "add":
+		if _, ok := ap.surfaces[w]; !ok {
+			ap.nextSurf++
+			ap.surfaces[w] = ap.nextSurf
+			return []pcpEvent{ap.surfaceEventLocked(api.EventSurfaceCreated, w, ap.nextSurf)}
+		}
+	case "remove":
+		if num, ok := ap.surfaces[w]; ok {
+			delete(ap.surfaces, w)
+			return []pcpEvent{ap.surfaceEventLocked(api.EventSurfaceDestroyed, w, num)}
+		}
+	}
+	return nil
+}
+
+// removeChildLocked drops child's subtree, if the cache has it under
+// parent p (whose node is n, nil if not cached), and takes it out of n's
+// children.
+func (ap *app) removeChildLocked(n *node, p, child dbus.ObjectPath) {
+	cn := ap.nodes[child]
+	if cn == nil || cn.parent != p {
+		return
+	}
+	ap.pruneLocked(child)
+	if n != nil {
+		n.children = slices.DeleteFunc(slices.Clone(n.children), func(c dbus.ObjectPath) bool { return c == child })
+	}
+}
+
+func (ap *app) windowActivatedLocked(s *subject) []pcpEvent {
+	return ap.focusEventLocked(s.sid, s.id, false)
+}
+
+func (ap *app) focusedLocked(s *subject) []pcpEvent {
+	return ap.focusEventLocked(s.sid, s.id, true)
+}
+
+// boundsChangedLocked has the bounds fetched again on the next read that
+// wants them.
+func (ap *app) boundsChangedLocked(s *subject) []pcpEvent {
+	if s.n != nil {
+		s.n.boundsAt = time.Time{}
+	}
+	return nil
+}
+
+// modelChangedLocked is as children-changed, without the child.
+func (ap *app) modelChangedLocked(s *subject) []pcpEvent {
+	if s.n != nil {
+		ap.staleKids[s.ev.path] = true
+	}
 	return nil
 }
 
 // focusEventLocked reports a surface.focus_changed when the focused
 // surface is not the one last reported.
-func (ap *app) focusEventLocked(sid, elementID string, isElement bool) *pcpEvent {
+func (ap *app) focusEventLocked(sid, elementID string, isElement bool) []pcpEvent {
 	if sid == "" {
 		return nil
 	}
@@ -373,5 +442,5 @@ func (ap *app) focusEventLocked(sid, elementID string, isElement bool) *pcpEvent
 			data["title"] = n.name
 		}
 	}
-	return &pcpEvent{api.EventSurfaceFocusChanged, ap.id, sid, data}
+	return []pcpEvent{{api.EventSurfaceFocusChanged, ap.id, sid, data}}
 }

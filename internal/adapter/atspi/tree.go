@@ -261,26 +261,60 @@ func (ap *app) load(ctx context.Context) error {
 	work := map[dbus.ObjectPath]*node{}
 	truncated := false
 	if !noCache {
-		items, trunc, err := ap.getItems(wctx)
-		switch {
-		case err == nil:
-			truncated = trunc
-			buildFromItems(work, items, ap.bus)
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case isUnknownMethod(err), errors.Is(err, context.DeadlineExceeded):
-			// No Cache interface, or one that does not answer: walk,
-			// now and from now on.
-			ap.mu.Lock()
-			ap.noCacheIf = true
-			ap.mu.Unlock()
+		t, err := ap.loadItems(ctx, wctx, work)
+		if err != nil {
+			return err
 		}
+		truncated = t
 	}
+	if err := ap.loadRoot(wctx, work); err != nil {
+		return err
+	}
+	frontier, err := ap.unlisted(wctx, work)
+	if err != nil {
+		return err
+	}
+	lazy := !noCache && quirksOf(ap.toolkit).cacheOnReference
+	if t := ap.expand(wctx, work, frontier, func(p dbus.ObjectPath) bool { return work[p] != nil }, lazy); t {
+		truncated = true
+	}
+	kept, t := reachable(work, cfg.MaxNodes, cfg.MaxDepth)
+	truncated = truncated || t
+	if wctx.Err() != nil && ctx.Err() == nil {
+		truncated = true
+	}
+	ap.install(kept, truncated, time.Since(start))
+	return ctx.Err()
+}
+
+// loadItems adds what Cache.GetItems lists to work and reports whether the
+// list was cut at MaxNodes. An application whose Cache interface is
+// missing or does not answer is walked, now and from now on; the error is
+// ctx's, when it ended (wctx is ctx bounded by WalkTimeout).
+func (ap *app) loadItems(ctx, wctx context.Context, work map[dbus.ObjectPath]*node) (truncated bool, err error) {
+	items, trunc, err := ap.getItems(wctx)
+	switch {
+	case err == nil:
+		buildFromItems(work, items, ap.bus)
+		return trunc, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case isUnknownMethod(err), errors.Is(err, context.DeadlineExceeded):
+		ap.mu.Lock()
+		ap.noCacheIf = true
+		ap.mu.Unlock()
+	}
+	return false, nil
+}
+
+// loadRoot describes the application's root, unless the cache did, and
+// makes it the root of work.
+func (ap *app) loadRoot(ctx context.Context, work map[dbus.ObjectPath]*node) error {
 	root := work[rootPath]
 	if root == nil {
 		root = &node{path: rootPath}
 		rs := infoReqs(rootPath)
-		if err := ap.run(wctx, rs); err != nil {
+		if err := ap.run(ctx, rs); err != nil {
 			return err
 		}
 		if !applyInfo(root, rs) {
@@ -292,8 +326,16 @@ func (ap *app) load(ctx context.Context) error {
 		work[rootPath] = root
 	}
 	root.parent = ""
+	return nil
+}
 
-	// Depths, and the nodes whose children the cache did not list.
+// unlisted sets the depths of work's nodes under the root and returns the
+// nodes, above MaxDepth, whose children the cache did not list: those
+// whose child count disagrees with the listing, and those that manage
+// their descendants (GTK3 leaves the cells of tree and table views out of
+// its cache, and counts them as no children) and say they have some.
+func (ap *app) unlisted(ctx context.Context, work map[dbus.ObjectPath]*node) ([]dbus.ObjectPath, error) {
+	maxDepth := ap.a.cfg.MaxDepth
 	var frontier, managed []dbus.ObjectPath
 	reach := map[dbus.ObjectPath]bool{}
 	var visit func(p dbus.ObjectPath, d int)
@@ -306,47 +348,49 @@ func (ap *app) load(ctx context.Context) error {
 		n.depth = d
 		switch {
 		case n.states.has(stManagesDescendants) && len(n.children) == 0:
-			// GTK3 leaves the cells of tree and table views out of its
-			// cache, and counts them as no children.
 			managed = append(managed, p)
 		case int32(len(n.children)) != n.childCount || !n.kidsKnown:
 			n.kidsKnown = false
-			if d < cfg.MaxDepth {
+			if d < maxDepth {
 				frontier = append(frontier, p)
 			}
 		}
-		if d < cfg.MaxDepth {
+		if d < maxDepth {
 			for _, c := range n.children {
 				visit(c, d+1)
 			}
 		}
 	}
 	visit(rootPath, 0)
-	if len(managed) > 0 {
-		counts := make([]*req, len(managed))
-		for i, p := range managed {
-			counts[i] = getProp(p, ifaceAccessible, "ChildCount")
-		}
-		if err := ap.run(wctx, counts); err != nil {
-			return err
-		}
-		for i, p := range managed {
-			if c, ok := counts[i].value().(int32); ok && c > 0 && work[p].depth < cfg.MaxDepth {
-				work[p].childCount, work[p].kidsKnown = c, false
-				frontier = append(frontier, p)
-			}
+	if len(managed) == 0 {
+		return frontier, nil
+	}
+	counts := make([]*req, len(managed))
+	for i, p := range managed {
+		counts[i] = getProp(p, ifaceAccessible, "ChildCount")
+	}
+	if err := ap.run(ctx, counts); err != nil {
+		return nil, err
+	}
+	for i, p := range managed {
+		if c, ok := counts[i].value().(int32); ok && c > 0 && work[p].depth < maxDepth {
+			work[p].childCount, work[p].kidsKnown = c, false
+			frontier = append(frontier, p)
 		}
 	}
-	lazy := !noCache && quirksOf(ap.toolkit).cacheOnReference
-	if t := ap.expand(wctx, work, frontier, func(p dbus.ObjectPath) bool { return work[p] != nil }, lazy); t {
-		truncated = true
-	}
-	// Keep what hangs from the root, breadth first, at most MaxNodes
-	// nodes and MaxDepth levels.
+	return frontier, nil
+}
+
+// reachable returns what hangs from the root of work, breadth first, at
+// most maxNodes nodes and maxDepth levels, with each node's depth set and
+// its children trimmed to the nodes kept; it reports whether a bound cut
+// anything off.
+func reachable(work map[dbus.ObjectPath]*node, maxNodes, maxDepth int) (map[dbus.ObjectPath]*node, bool) {
 	type entry struct {
 		p dbus.ObjectPath
 		d int
 	}
+	truncated := false
 	kept := map[dbus.ObjectPath]*node{}
 	queue := []entry{{rootPath, 0}}
 	for len(queue) > 0 {
@@ -356,12 +400,12 @@ func (ap *app) load(ctx context.Context) error {
 		if n == nil || kept[e.p] != nil {
 			continue
 		}
-		if len(kept) >= cfg.MaxNodes {
+		if len(kept) >= maxNodes {
 			truncated = true
 			break
 		}
 		kept[e.p], n.depth = n, e.d
-		if e.d >= cfg.MaxDepth {
+		if e.d >= maxDepth {
 			truncated = truncated || len(n.children) > 0
 			continue
 		}
@@ -380,24 +424,25 @@ func (ap *app) load(ctx context.Context) error {
 			n.children, n.kidsKnown = kids, false
 		}
 	}
-	if wctx.Err() != nil && ctx.Err() == nil {
-		truncated = true
-	}
+	return kept, truncated
+}
 
+// install makes nodes the cache, marking for a fetch what events touched
+// while they loaded. It takes mu.
+func (ap *app) install(nodes map[dbus.ObjectPath]*node, truncated bool, took time.Duration) {
 	ap.mu.Lock()
-	ap.nodes, ap.loaded, ap.truncated = kept, true, truncated
+	defer ap.mu.Unlock()
+	ap.nodes, ap.loaded, ap.truncated = nodes, true, truncated
 	ap.staleKids = map[dbus.ObjectPath]bool{}
 	for p := range ap.touched {
-		if n := kept[p]; n != nil {
+		if n := nodes[p]; n != nil {
 			n.infoStale, n.textOK, n.valueOK = true, false, false
 			ap.staleKids[p] = true
 		}
 	}
 	ap.syncSurfacesLocked()
-	ap.loadDur = time.Since(start)
+	ap.loadDur = took
 	ap.changedLocked()
-	ap.mu.Unlock()
-	return ctx.Err()
 }
 
 // getItems calls Cache.GetItems; a large application's answer takes
@@ -495,124 +540,153 @@ func buildFromItems(work map[dbus.ObjectPath]*node, items []cacheItem, bus strin
 // the whole tree; whatever GetItems does not describe is described node by
 // node.
 func (ap *app) expand(ctx context.Context, work map[dbus.ObjectPath]*node, frontier []dbus.ObjectPath, known func(dbus.ObjectPath) bool, lazyInfo bool) bool {
-	cfg := &ap.a.cfg
+	maxDepth := ap.a.cfg.MaxDepth
 	truncated := false
 	var undescribed []dbus.ObjectPath
 	frontier = slices.Clone(frontier) // reused below; the caller's stays as it was
 	for len(frontier) > 0 && ctx.Err() == nil {
-		// One GetChildren per node; a node with more children than a
-		// reply may list is read child by child, up to the bound.
-		type listing struct {
-			p    dbus.ObjectPath
-			reqs []*req
-		}
-		var all []*req
-		lists := make([]listing, 0, len(frontier))
-		for _, p := range frontier {
-			l := listing{p: p}
-			if cc := work[p].childCount; cc > maxChildren {
-				truncated = true
-				for i := int32(0); i < maxChildren; i++ {
-					l.reqs = append(l.reqs, newReq(p, ifaceAccessible+".GetChildAtIndex", i))
-				}
-			} else {
-				l.reqs = []*req{newReq(p, ifaceAccessible+".GetChildren")}
-			}
-			lists = append(lists, l)
-			all = append(all, l.reqs...)
-		}
+		lists, all, cut := childListings(work, frontier)
+		truncated = truncated || cut
 		if ap.run(ctx, all) != nil {
 			return true
 		}
 		var fresh []dbus.ObjectPath
 		for _, l := range lists {
-			p, n := l.p, work[l.p]
-			var refs []ref
-			failed := false
-			if len(l.reqs) == 1 && l.reqs[0].method == ifaceAccessible+".GetChildren" {
-				r := l.reqs[0]
-				if r.err != nil || len(r.body) != 1 {
-					failed = true
-				} else {
-					var cut bool
-					refs, cut, _ = decodeRefs(r.body[0])
-					truncated = truncated || cut
-				}
-			} else {
-				for _, r := range l.reqs {
-					if c, err := decodeRef(r.value()); err == nil {
-						refs = append(refs, c)
-					}
-				}
-			}
-			if failed {
-				n.kidsKnown = false
-				continue
-			}
-			n.children = n.children[:0:0]
-			for _, r := range refs {
-				if r.bus != ap.bus || r.isNull() || r.path == p {
-					continue // a plug in another process, or nonsense
-				}
-				n.children = append(n.children, r.path)
-				if c := work[r.path]; c != nil {
-					c.parent, c.depth = p, n.depth+1
-					continue
-				}
-				if known(r.path) {
-					continue
-				}
-				if len(work) >= cfg.MaxNodes {
-					truncated = true
-					continue
-				}
-				work[r.path] = &node{path: r.path, parent: p, depth: n.depth + 1}
-				fresh = append(fresh, r.path)
-			}
-			n.kidsKnown, n.childCount = true, int32(len(n.children))
+			added, cut := ap.adopt(work, l, known)
+			fresh = append(fresh, added...)
+			truncated = truncated || cut
 		}
 		frontier = frontier[:0]
-		if lazyInfo {
-			undescribed = append(undescribed, fresh...)
-			for _, p := range fresh {
-				if work[p].depth < cfg.MaxDepth {
-					frontier = append(frontier, p)
-				} else {
-					truncated = true
-				}
-			}
+		if !lazyInfo {
+			truncated = ap.describe(ctx, work, fresh, &frontier) || truncated
 			continue
 		}
-		truncated = ap.describe(ctx, work, fresh, &frontier) || truncated
+		undescribed = append(undescribed, fresh...)
+		for _, p := range fresh {
+			if work[p].depth < maxDepth {
+				frontier = append(frontier, p)
+			} else {
+				truncated = true
+			}
+		}
 	}
 	if lazyInfo && ctx.Err() == nil {
-		// One GetItems for all; node by node for what it left out.
-		items, _, err := ap.getItems(ctx)
-		byPath := map[dbus.ObjectPath]*cacheItem{}
-		if err == nil {
-			for i := range items {
-				if items[i].obj.bus == ap.bus {
-					byPath[items[i].obj.path] = &items[i]
-				}
-			}
-		}
-		var rest []dbus.ObjectPath
-		for _, p := range undescribed {
-			n := work[p]
-			it := byPath[p]
-			if n == nil {
-				continue
-			}
-			if it == nil {
-				rest = append(rest, p)
-				continue
-			}
-			n.role, n.name, n.desc, n.states, n.ifaces = it.role, it.name, it.desc, it.states, it.ifaces
-		}
-		var none []dbus.ObjectPath
-		truncated = ap.describe(ctx, work, rest, &none) || truncated
+		truncated = ap.describeCached(ctx, work, undescribed) || truncated
 	}
 	return truncated || ctx.Err() != nil
+}
+
+// listing is the calls that list the children of the node at p.
+type listing struct {
+	p    dbus.ObjectPath
+	reqs []*req
+}
+
+// childListings returns the calls that list the children of the frontier's
+// nodes (all of them, in order, for one batch): one GetChildren per node,
+// except that a node with more children than a reply may list is read
+// child by child, up to the bound, which is reported as a truncation.
+func childListings(work map[dbus.ObjectPath]*node, frontier []dbus.ObjectPath) (lists []listing, all []*req, truncated bool) {
+	lists = make([]listing, 0, len(frontier))
+	for _, p := range frontier {
+		l := listing{p: p}
+		if cc := work[p].childCount; cc > maxChildren {
+			truncated = true
+			for i := int32(0); i < maxChildren; i++ {
+				l.reqs = append(l.reqs, newReq(p, ifaceAccessible+".GetChildAtIndex", i))
+			}
+		} else {
+			l.reqs = []*req{newReq(p, ifaceAccessible+".GetChildren")}
+		}
+		lists = append(lists, l)
+		all = append(all, l.reqs...)
+	}
+	return lists, all, truncated
+}
+
+// refs returns the children the listing's replies name, whether the
+// reply was cut short, and false if the node's children could not be
+// listed.
+func (l listing) refs() (refs []ref, cut, ok bool) {
+	if len(l.reqs) == 1 && l.reqs[0].method == ifaceAccessible+".GetChildren" {
+		r := l.reqs[0]
+		if r.err != nil || len(r.body) != 1 {
+			return nil, false, false
+		}
+		refs, cut, _ = decodeRefs(r.body[0])
+		return refs, cut, true
+	}
+	for _, r := range l.reqs {
+		if c, err := decodeRef(r.value()); err == nil {
+			refs = append(refs, c)
+		}
+	}
+	return refs, false, true
+}
+
+// adopt makes the children l lists its node's children, and adds to work,
+// at most MaxNodes in all, those neither work nor known holds yet. It
+// returns the nodes added and whether a bound cut anything off. A node
+// whose children could not be listed stays unlisted.
+func (ap *app) adopt(work map[dbus.ObjectPath]*node, l listing, known func(dbus.ObjectPath) bool) (fresh []dbus.ObjectPath, truncated bool) {
+	p, n := l.p, work[l.p]
+	refs, truncated, ok := l.refs()
+	if !ok {
+		n.kidsKnown = false
+		return nil, false
+	}
+	n.children = n.children[:0:0]
+	for _, r := range refs {
+		if r.bus != ap.bus || r.isNull() || r.path == p {
+			continue // a plug in another process, or nonsense
+		}
+		n.children = append(n.children, r.path)
+		if c := work[r.path]; c != nil {
+			c.parent, c.depth = p, n.depth+1
+			continue
+		}
+		if known(r.path) {
+			continue
+		}
+		if len(work) >= ap.a.cfg.MaxNodes {
+			truncated = true
+			continue
+		}
+		work[r.path] = &node{path: r.path, parent: p, depth: n.depth + 1}
+		fresh = append(fresh, r.path)
+	}
+	n.kidsKnown, n.childCount = true, int32(len(n.children))
+	return fresh, truncated
+}
+
+// describeCached describes the nodes undescribed (in work) from one
+// Cache.GetItems, and node by node those it leaves out. It reports
+// whether it stopped at a bound.
+func (ap *app) describeCached(ctx context.Context, work map[dbus.ObjectPath]*node, undescribed []dbus.ObjectPath) bool {
+	items, _, err := ap.getItems(ctx)
+	byPath := map[dbus.ObjectPath]*cacheItem{}
+	if err == nil {
+		for i := range items {
+			if items[i].obj.bus == ap.bus {
+				byPath[items[i].obj.path] = &items[i]
+			}
+		}
+	}
+	var rest []dbus.ObjectPath
+	for _, p := range undescribed {
+		n := work[p]
+		it := byPath[p]
+		if n == nil {
+			continue
+		}
+		if it == nil {
+			rest = append(rest, p)
+			continue
+		}
+		n.role, n.name, n.desc, n.states, n.ifaces = it.role, it.name, it.desc, it.states, it.ifaces
+	}
+	var none []dbus.ObjectPath
+	return ap.describe(ctx, work, rest, &none)
 }
 
 // describe fetches role, states, interfaces, name and child count of the
@@ -651,45 +725,26 @@ func (ap *app) describe(ctx context.Context, work map[dbus.ObjectPath]*node, fre
 // describes again the nodes an event could not update in place. Called
 // with loadMu held.
 func (ap *app) refresh(ctx context.Context) error {
-	ap.mu.Lock()
-	var parents []dbus.ObjectPath
-	work := map[dbus.ObjectPath]*node{}
-	for p := range ap.staleKids {
-		if n := ap.nodes[p]; n != nil {
-			parents = append(parents, p)
-			work[p] = &node{path: p, depth: n.depth}
-		}
-	}
-	ap.staleKids = map[dbus.ObjectPath]bool{}
-	var stale []dbus.ObjectPath
-	gens := map[dbus.ObjectPath]uint64{}
-	for p, n := range ap.nodes {
-		if n.infoStale {
-			stale = append(stale, p)
-			gens[p] = n.gen
-		}
-	}
-	ap.mu.Unlock()
-	if len(parents) == 0 && len(stale) == 0 {
+	st := ap.takeStale()
+	if len(st.parents) == 0 && len(st.infos) == 0 {
 		return nil
 	}
-
-	if len(parents) > 0 {
+	if len(st.parents) > 0 {
 		known := func(p dbus.ObjectPath) bool {
 			ap.mu.Lock()
 			defer ap.mu.Unlock()
 			return ap.nodes[p] != nil
 		}
-		ap.expand(ctx, work, parents, known, false)
+		ap.expand(ctx, st.work, st.parents, known, false)
 	}
-	info := make([]*req, 0, 4*len(stale))
-	for _, p := range stale {
+	info := make([]*req, 0, 4*len(st.infos))
+	for _, p := range st.infos {
 		info = append(info, infoReqs(p)...)
 	}
 	if err := ap.run(ctx, info); err != nil {
 		// Nothing applied: what was stale stays so.
 		ap.mu.Lock()
-		for _, p := range parents {
+		for _, p := range st.parents {
 			ap.staleKids[p] = true
 		}
 		ap.mu.Unlock()
@@ -698,8 +753,53 @@ func (ap *app) refresh(ctx context.Context) error {
 
 	ap.mu.Lock()
 	defer ap.mu.Unlock()
-	for _, p := range parents {
-		n, w := ap.nodes[p], work[p]
+	ap.relistLocked(st)
+	ap.redescribeLocked(st, info)
+	if ap.staleKids[rootPath] || len(st.parents) > 0 {
+		ap.syncSurfacesLocked()
+	}
+	ap.changedLocked()
+	return nil
+}
+
+// staleSet is what refresh fetches again: the nodes whose children are
+// listed again (parents; work holds a copy of each to walk into) and the
+// nodes described again (infos, with the gen each had when taken).
+type staleSet struct {
+	parents []dbus.ObjectPath
+	work    map[dbus.ObjectPath]*node
+	infos   []dbus.ObjectPath
+	gens    map[dbus.ObjectPath]uint64
+}
+
+// takeStale returns what events marked stale, and clears the marks on
+// children (a description stays stale until it is fetched). It takes mu.
+func (ap *app) takeStale() staleSet {
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	st := staleSet{work: map[dbus.ObjectPath]*node{}, gens: map[dbus.ObjectPath]uint64{}}
+	for p := range ap.staleKids {
+		if n := ap.nodes[p]; n != nil {
+			st.parents = append(st.parents, p)
+			st.work[p] = &node{path: p, depth: n.depth}
+		}
+	}
+	ap.staleKids = map[dbus.ObjectPath]bool{}
+	for p, n := range ap.nodes {
+		if n.infoStale {
+			st.infos = append(st.infos, p)
+			st.gens[p] = n.gen
+		}
+	}
+	return st
+}
+
+// relistLocked gives the parents of st the children the walk found,
+// dropping the subtrees of those gone and adding the nodes new, at most
+// MaxNodes in all; a parent the walk could not list stays marked.
+func (ap *app) relistLocked(st staleSet) {
+	for _, p := range st.parents {
+		n, w := ap.nodes[p], st.work[p]
 		if n == nil || !w.kidsKnown {
 			if n != nil {
 				ap.staleKids[p] = true
@@ -725,7 +825,7 @@ func (ap *app) refresh(ctx context.Context) error {
 			}
 		}
 	}
-	for p, w := range work {
+	for p, w := range st.work {
 		if ap.nodes[p] != nil || w.parent == "" {
 			continue
 		}
@@ -735,9 +835,15 @@ func (ap *app) refresh(ctx context.Context) error {
 		}
 		ap.nodes[p] = w
 	}
-	for i, p := range stale {
+}
+
+// redescribeLocked stores the descriptions info (infoReqs of st.infos, in
+// order) fetched, for the nodes no event touched meanwhile, and drops the
+// nodes gone.
+func (ap *app) redescribeLocked(st staleSet, info []*req) {
+	for i, p := range st.infos {
 		n := ap.nodes[p]
-		if n == nil || n.gen != gens[p] {
+		if n == nil || n.gen != st.gens[p] {
 			continue
 		}
 		fresh := &node{}
@@ -749,11 +855,6 @@ func (ap *app) refresh(ctx context.Context) error {
 		}
 		n.role, n.states, n.ifaces, n.name, n.desc, n.infoStale = fresh.role, fresh.states, fresh.ifaces, fresh.name, fresh.desc, false
 	}
-	if ap.staleKids[rootPath] || len(parents) > 0 {
-		ap.syncSurfacesLocked()
-	}
-	ap.changedLocked()
-	return nil
 }
 
 func (ap *app) setDepthLocked(p dbus.ObjectPath, d int) {
@@ -831,36 +932,8 @@ func (ap *app) fill(ctx context.Context, scope dbus.ObjectPath, need needs) erro
 	if scope == "" {
 		scope = rootPath
 	}
-	cfg := &ap.a.cfg
-	type job struct {
-		p    dbus.ObjectPath
-		gen  uint64
-		what needs
-		r    *req
-	}
-	var jobs []*job
-	var textNodes []*job
 	now := time.Now()
-	countActions := quirksOf(ap.toolkit).actionOnEveryNode
-	ap.mu.Lock()
-	for _, p := range ap.subtreeLocked(scope, cfg.MaxNodes) {
-		n := ap.nodes[p]
-		if need&needActions != 0 && countActions && n.ifaces.has(ifAction) && !n.nActionsOK {
-			jobs = append(jobs, &job{p, n.gen, needActions, getProp(p, ifaceAction, "NActions")})
-		}
-		if need&needText != 0 && n.ifaces.has(ifText) && isTextRole(n.role) && !n.textOK {
-			j := &job{p, n.gen, needText, getProp(p, ifaceText, "CharacterCount")}
-			jobs = append(jobs, j)
-			textNodes = append(textNodes, j)
-		}
-		if need&needValue != 0 && n.ifaces.has(ifValue) && !n.valueOK {
-			jobs = append(jobs, &job{p, n.gen, needValue, getAllProps(p, ifaceValue)})
-		}
-		if need&needBounds != 0 && n.ifaces.has(ifComponent) && now.Sub(n.boundsAt) > cfg.BoundsMaxAge {
-			jobs = append(jobs, &job{p, n.gen, needBounds, newReq(p, ifaceComponent+".GetExtents", uint32(1))})
-		}
-	}
-	ap.mu.Unlock()
+	jobs := ap.fillJobs(scope, need, now)
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -871,58 +944,108 @@ func (ap *app) fill(ctx context.Context, scope dbus.ObjectPath, need needs) erro
 	if err := ap.run(ctx, reqs); err != nil {
 		return err
 	}
-	// Texts: the count first, then at most TreeTextChars of it, so no
-	// call asks past the end (some toolkits read past it).
+	texts, err := ap.fetchTexts(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	for _, j := range jobs {
+		ap.storeLocked(j, texts[j], now)
+	}
+	return nil
+}
+
+// fillJob is one field fill fetches for the node at p, with the gen the
+// node had when asked (a field is stored only if it did not move).
+type fillJob struct {
+	p    dbus.ObjectPath
+	gen  uint64
+	what needs
+	r    *req
+}
+
+// fillJobs lists the calls that fetch what need asks for and the nodes
+// under scope lack (bounds older than BoundsMaxAge at now). For a text,
+// the call is its character count (see fetchTexts). It takes mu.
+func (ap *app) fillJobs(scope dbus.ObjectPath, need needs, now time.Time) []*fillJob {
+	cfg := &ap.a.cfg
+	countActions := quirksOf(ap.toolkit).actionOnEveryNode
+	var jobs []*fillJob
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	for _, p := range ap.subtreeLocked(scope, cfg.MaxNodes) {
+		n := ap.nodes[p]
+		if need&needActions != 0 && countActions && n.ifaces.has(ifAction) && !n.nActionsOK {
+			jobs = append(jobs, &fillJob{p, n.gen, needActions, getProp(p, ifaceAction, "NActions")})
+		}
+		if need&needText != 0 && n.ifaces.has(ifText) && isTextRole(n.role) && !n.textOK {
+			jobs = append(jobs, &fillJob{p, n.gen, needText, getProp(p, ifaceText, "CharacterCount")})
+		}
+		if need&needValue != 0 && n.ifaces.has(ifValue) && !n.valueOK {
+			jobs = append(jobs, &fillJob{p, n.gen, needValue, getAllProps(p, ifaceValue)})
+		}
+		if need&needBounds != 0 && n.ifaces.has(ifComponent) && now.Sub(n.boundsAt) > cfg.BoundsMaxAge {
+			jobs = append(jobs, &fillJob{p, n.gen, needBounds, newReq(p, ifaceComponent+".GetExtents", uint32(1))})
+		}
+	}
+	return jobs
+}
+
+// fetchTexts reads the texts of the text jobs whose count came back: at
+// most TreeTextChars of each, so no call asks past the end (some toolkits
+// read past it). It returns the GetText call per job.
+func (ap *app) fetchTexts(ctx context.Context, jobs []*fillJob) (map[*fillJob]*req, error) {
 	var texts []*req
-	var textJobs []*job
-	for _, j := range textNodes {
+	textOf := map[*fillJob]*req{}
+	for _, j := range jobs {
+		if j.what != needText {
+			continue
+		}
 		cnt, _ := j.r.value().(int32)
 		if j.r.err != nil || cnt <= 0 {
 			continue
 		}
-		end := min(cnt, int32(cfg.TreeTextChars))
-		texts = append(texts, newReq(j.p, ifaceText+".GetText", int32(0), end))
-		textJobs = append(textJobs, j)
+		end := min(cnt, int32(ap.a.cfg.TreeTextChars))
+		t := newReq(j.p, ifaceText+".GetText", int32(0), end)
+		texts = append(texts, t)
+		textOf[j] = t
 	}
 	if err := ap.run(ctx, texts); err != nil {
-		return err
+		return nil, err
 	}
-	textOf := map[*job]*req{}
-	for i, j := range textJobs {
-		textOf[j] = texts[i]
-	}
+	return textOf, nil
+}
 
-	ap.mu.Lock()
-	defer ap.mu.Unlock()
-	for _, j := range jobs {
-		n := ap.nodes[j.p]
-		if n == nil || n.gen != j.gen {
-			continue
+// storeLocked stores what job j fetched (text, for a text, is its GetText
+// call, nil if none was made), unless an event touched the node since.
+func (ap *app) storeLocked(j *fillJob, text *req, now time.Time) {
+	n := ap.nodes[j.p]
+	if n == nil || n.gen != j.gen {
+		return
+	}
+	switch j.what {
+	case needActions:
+		if c, ok := j.r.value().(int32); ok {
+			n.nActions, n.nActionsOK = c, true
+		} else if j.r.err != nil && isGone(j.r.err) {
+			n.nActions, n.nActionsOK = 0, true
 		}
-		switch j.what {
-		case needActions:
-			if c, ok := j.r.value().(int32); ok {
-				n.nActions, n.nActionsOK = c, true
-			} else if j.r.err != nil && isGone(j.r.err) {
-				n.nActions, n.nActionsOK = 0, true
-			}
-		case needText:
-			n.text, n.textOK = "", j.r.err == nil
-			if t := textOf[j]; t != nil {
-				s, _ := t.value().(string)
-				n.text, n.textOK = clean(s, 4*cfg.TreeTextChars), t.err == nil
-			}
-		case needValue:
-			if v, err := decodeValue(j.r.value()); err == nil {
-				n.value, n.valueOK = v, true
-			}
-		case needBounds:
-			if x, y, w, h, err := decodeExtents(j.r.value()); err == nil {
-				n.bounds, n.boundsAt = api.Bounds{X: int(x), Y: int(y), W: int(w), H: int(h)}, now
-			}
+	case needText:
+		n.text, n.textOK = "", j.r.err == nil
+		if text != nil {
+			s, _ := text.value().(string)
+			n.text, n.textOK = clean(s, 4*ap.a.cfg.TreeTextChars), text.err == nil
+		}
+	case needValue:
+		if v, err := decodeValue(j.r.value()); err == nil {
+			n.value, n.valueOK = v, true
+		}
+	case needBounds:
+		if x, y, w, h, err := decodeExtents(j.r.value()); err == nil {
+			n.bounds, n.boundsAt = api.Bounds{X: int(x), Y: int(y), W: int(w), H: int(h)}, now
 		}
 	}
-	return nil
 }
 
 // toplevels makes sure the root and its children are known, without
