@@ -27,7 +27,10 @@ import (
 // run --apps -- go test ./internal/adapter/atspi/`). A desktop that cannot
 // start fails every integration test with the reason; only -short skips
 // them. Effects in the applications appear asynchronously, so every
-// check of an effect polls against a deadline.
+// check of an effect waits, against a deadline, for the event that
+// reports it: a change to the application's cache (eventually) or an event
+// through Config.OnEvent (recorder.waitFor). Each test that connects
+// checks that closing the adapter ends every goroutine it started.
 
 const (
 	widgetFactory = AppIDPrefix + "gtk3-widget-factory"
@@ -64,34 +67,59 @@ func needDesktop(t testing.TB) {
 }
 
 // desktop returns a connected adapter once both test applications are on
-// the bus with their windows.
+// the bus with their windows. An application or window that appears is
+// announced by a surface.created event; a bus not up yet, or an
+// application too busy to answer, announces nothing, so those are tried
+// again every retryEvery.
 func desktop(t testing.TB, cfg Config) *Adapter {
 	t.Helper()
 	needDesktop(t)
+	appeared := make(chan struct{}, 1)
+	onEvent := cfg.OnEvent
+	cfg.OnEvent = func(typ, app, surface string, data map[string]any) {
+		if typ == api.EventSurfaceCreated {
+			select {
+			case appeared <- struct{}{}:
+			default:
+			}
+		}
+		if onEvent != nil {
+			onEvent(typ, app, surface, data)
+		}
+	}
 	a := New(cfg)
 	t.Cleanup(func() { a.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var err error
+	const retryEvery = 100 * time.Millisecond
+	retry := time.NewTicker(retryEvery)
+	defer retry.Stop()
 	for {
-		if err = a.Connect(ctx); err == nil {
-			ok := true
-			for _, id := range []string{widgetFactory, calculator} {
-				ids, serr := a.surfacesOf(ctx, id)
-				if serr != nil || len(ids) == 0 {
-					ok, err = false, fmt.Errorf("%s: surfaces %v, %v", id, ids, serr)
-				}
-			}
-			if ok {
-				return a
-			}
+		err := a.Connect(ctx)
+		if err == nil {
+			err = bothApps(ctx, a)
+		}
+		if err == nil {
+			return a
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("the desktop's applications did not appear on the accessibility bus: %v; stats %+v", err, a.Stats())
-		case <-time.After(100 * time.Millisecond):
+		case <-appeared:
+		case <-retry.C:
 		}
 	}
+}
+
+// bothApps says why the test applications are not both there with a
+// window, or nil.
+func bothApps(ctx context.Context, a *Adapter) error {
+	for _, id := range []string{widgetFactory, calculator} {
+		if ids, err := a.surfacesOf(ctx, id); err != nil || len(ids) == 0 {
+			return fmt.Errorf("%s: surfaces %v, %v", id, ids, err)
+		}
+	}
+	return nil
 }
 
 // surfacesOf lists an application's surface ids, in order.
@@ -127,19 +155,74 @@ func mainSurface(t *testing.T, a *Adapter, appID string) string {
 	return ids[0]
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+// eventually checks cond, and again each time the cache of the
+// application appID changes (an event applied, a fetch stored), until it
+// holds or d passes.
+func eventually(t *testing.T, a *Adapter, appID string, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
 	for {
-		ok, got := cond()
-		if ok {
+		// Taken before the check, so a change during it is not missed.
+		changed := a.changes(appID)
+		if ok, _ := cond(); ok {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s; got %s", d, what, got)
+		select {
+		case <-changed:
+		case <-deadline.C:
+			if ok, got := cond(); !ok {
+				t.Fatalf("after %s: %s; got %s", d, what, got)
+			}
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// recorder keeps, as lines, the events an adapter reports through
+// Config.OnEvent, for a test to wait for.
+type recorder struct {
+	line func(typ, app, surface string, data map[string]any) string // "" leaves the event out
+
+	mu    sync.Mutex
+	lines []string
+	added chan struct{} // closed and replaced at every line kept
+}
+
+func newRecorder(line func(typ, app, surface string, data map[string]any) string) *recorder {
+	return &recorder{line: line, added: make(chan struct{})}
+}
+
+// onEvent is the recorder's Config.OnEvent.
+func (r *recorder) onEvent(typ, app, surface string, data map[string]any) {
+	l := r.line(typ, app, surface, data)
+	if l == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, l)
+	close(r.added)
+	r.added = make(chan struct{})
+}
+
+// waitFor waits until the recorder has kept the line want, for at most d.
+func (r *recorder) waitFor(t *testing.T, d time.Duration, want string) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		found, added, got := slices.Contains(r.lines, want), r.added, strings.Join(r.lines, "; ")
+		r.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-added:
+		case <-deadline.C:
+			t.Fatalf("after %s: no event %q; got %s", d, want, got)
+		}
 	}
 }
 
@@ -235,6 +318,7 @@ func pyatspiWalk(t testing.TB, appName, mode string, iterations int) (int, []flo
 }
 
 func TestDesktopWidgetFactoryTree(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	els, err := a.ElementTree(ctx, widgetFactory)
@@ -311,6 +395,7 @@ func TestDesktopWidgetFactoryTree(t *testing.T) {
 }
 
 func TestDesktopEntryText(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	sid := mainSurface(t, a, widgetFactory)
@@ -328,7 +413,7 @@ func TestDesktopEntryText(t *testing.T) {
 		t.Fatalf("read_text = %v, %v; want %q", got, err, text)
 	}
 	// The cache sees it too, through the text-changed events.
-	eventually(t, 3*time.Second, "the tree shows the entry's new text", func() (bool, string) {
+	eventually(t, a, widgetFactory, 3*time.Second, "the tree shows the entry's new text", func() (bool, string) {
 		els, err := a.ElementTree(ctx, widgetFactory)
 		if err != nil {
 			return false, err.Error()
@@ -345,13 +430,11 @@ func TestDesktopEntryText(t *testing.T) {
 }
 
 func TestDesktopCheckButton(t *testing.T) {
-	var mu sync.Mutex
-	var events []string
-	a := desktop(t, Config{OnEvent: func(typ, app, surface string, data map[string]any) {
-		mu.Lock()
-		defer mu.Unlock()
-		events = append(events, fmt.Sprintf("%s %s %v %v", typ, data["element_id"], data["state"], data["value"]))
-	}})
+	testkit.CheckGoroutines(t)
+	events := newRecorder(func(typ, app, surface string, data map[string]any) string {
+		return fmt.Sprintf("%s %s %v %v", typ, data["element_id"], data["state"], data["value"])
+	})
+	a := desktop(t, Config{OnEvent: events.onEvent})
 	ctx := context.Background()
 	m, err := a.Resolve(ctx, Target{App: widgetFactory, Role: "check box", Name: "checkbutton", States: []string{"sensitive", "!checked", "!indeterminate"}}, time.Second)
 	if err != nil {
@@ -374,23 +457,13 @@ func TestDesktopCheckButton(t *testing.T) {
 	if _, err := act(ctx, a, sid, m.ElementID, ActionActivate, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "the check button is checked", checked(true))
-	want := fmt.Sprintf("%s %s checked true", api.EventElementStateChanged, m.ElementID)
-	eventually(t, 3*time.Second, "an element.state_changed event for it", func() (bool, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, e := range events {
-			if e == want {
-				return true, ""
-			}
-		}
-		return false, strings.Join(events, "; ")
-	})
+	eventually(t, a, widgetFactory, 3*time.Second, "the check button is checked", checked(true))
+	events.waitFor(t, 3*time.Second, fmt.Sprintf("%s %s checked true", api.EventElementStateChanged, m.ElementID))
 	// A named toolkit action works too.
 	if res, err := act(ctx, a, sid, m.ElementID, ActionActivate, map[string]string{"name": "click"}); err != nil || !strings.EqualFold(fmt.Sprint(res["toolkit_action"]), "click") {
 		t.Fatalf("activate {name: click} = %v, %v", res, err)
 	}
-	eventually(t, 3*time.Second, "the check button is unchecked again", checked(false))
+	eventually(t, a, widgetFactory, 3*time.Second, "the check button is unchecked again", checked(false))
 	_, err = act(ctx, a, sid, m.ElementID, ActionActivate, "no-such-action")
 	_, data := wantCode(t, err, api.CodeActionNotSupported)
 	if data["toolkit_actions"] == nil {
@@ -399,6 +472,7 @@ func TestDesktopCheckButton(t *testing.T) {
 }
 
 func TestDesktopSpinButton(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	res, err := dispatch(ctx, a, widgetFactory+".set_value", map[string]any{"role": "spin button", "states": []string{"sensitive"}, "value": 42})
@@ -413,14 +487,14 @@ func TestDesktopSpinButton(t *testing.T) {
 		t.Fatal(err)
 	}
 	sid := mainSurface(t, a, widgetFactory)
-	eventually(t, 3*time.Second, "query.elements shows value 42", func() (bool, string) {
+	eventually(t, a, widgetFactory, 3*time.Second, "query.elements shows value 42", func() (bool, string) {
 		r, err := a.Elements(ctx, &api.QueryElementsParams{SurfaceID: sid, FocusID: m.ElementID})
 		if err != nil {
 			return false, err.Error()
 		}
 		return string(r.Root.Value) == "42", string(r.Root.Value)
 	})
-	eventually(t, 3*time.Second, "its text says 42", func() (bool, string) {
+	eventually(t, a, widgetFactory, 3*time.Second, "its text says 42", func() (bool, string) {
 		s, err := a.ReadText(ctx, m.ElementID)
 		return err == nil && s == "42", s
 	})
@@ -433,6 +507,7 @@ func TestDesktopSpinButton(t *testing.T) {
 }
 
 func TestDesktopCalculator(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	// Clear the display first, so the test can run again.
@@ -448,7 +523,7 @@ func TestDesktopCalculator(t *testing.T) {
 			t.Fatalf("pressing %s: %v", key, err)
 		}
 	}
-	eventually(t, 5*time.Second, "the display reads 5", func() (bool, string) {
+	eventually(t, a, calculator, 5*time.Second, "the display reads 5", func() (bool, string) {
 		els, err := a.ElementTree(ctx, calculator)
 		if err != nil {
 			return false, err.Error()
@@ -465,6 +540,7 @@ func TestDesktopCalculator(t *testing.T) {
 }
 
 func TestDesktopAmbiguousTarget(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	_, err := dispatch(ctx, a, widgetFactory+".activate", map[string]any{"role": "check box", "name": "checkbutton"})
@@ -488,6 +564,7 @@ func TestDesktopAmbiguousTarget(t *testing.T) {
 }
 
 func TestDesktopDisabledTarget(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{ActionTimeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	target := map[string]any{"role": "check box", "name": "checkbutton", "states": []string{"!sensitive", "!checked", "!indeterminate"}, "timeout_ms": 300}
@@ -520,6 +597,7 @@ func TestDesktopDisabledTarget(t *testing.T) {
 }
 
 func TestDesktopSelectTab(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	sid := mainSurface(t, a, widgetFactory)
@@ -531,7 +609,7 @@ func TestDesktopSelectTab(t *testing.T) {
 	if _, err := act(ctx, a, sid, tab.ElementID, ActionSelect, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "page 2 is selected", func() (bool, string) {
+	eventually(t, a, widgetFactory, 3*time.Second, "page 2 is selected", func() (bool, string) {
 		ms, err := a.Find(ctx, Target{App: widgetFactory, Role: "page tab", States: []string{"selected"}, Name: "page 2"})
 		for _, m := range ms {
 			if m.ElementID == tab.ElementID {
@@ -561,7 +639,7 @@ func TestDesktopSelectTab(t *testing.T) {
 	if _, err := act(ctx, a, sid, list, ActionSelect, map[string]int{"index": 0}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "page 2 is no longer selected", func() (bool, string) {
+	eventually(t, a, widgetFactory, 3*time.Second, "page 2 is no longer selected", func() (bool, string) {
 		ms, err := a.Find(ctx, Target{App: widgetFactory, Role: "page tab", States: []string{"!selected"}, Name: "page 2"})
 		for _, m := range ms {
 			if m.ElementID == tab.ElementID {
@@ -573,6 +651,7 @@ func TestDesktopSelectTab(t *testing.T) {
 }
 
 func TestDesktopSurfaces(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	var mu sync.Mutex
 	var focus []string
 	a := desktop(t, Config{OnEvent: func(typ, app, surface string, data map[string]any) {
@@ -667,6 +746,7 @@ func TestDesktopSurfaces(t *testing.T) {
 }
 
 func TestDesktopErrors(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{MaxTextBytes: 1024})
 	ctx := context.Background()
 	_, err := a.ElementTree(ctx, "atspi.no-such-app")
@@ -750,15 +830,21 @@ func TestDesktopErrors(t *testing.T) {
 // TestDesktopWarmCacheIsEventDriven checks the warm tree costs no D-Bus
 // call while nothing changes, and follows a change through events.
 func TestDesktopWarmCacheIsEventDriven(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a := desktop(t, Config{})
 	ctx := context.Background()
 	if _, err := a.ElementTree(ctx, widgetFactory); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // let the load's own events settle
-	if _, err := a.ElementTree(ctx, widgetFactory); err != nil {
-		t.Fatal(err)
-	}
+	// The load's own events (a toolkit that creates accessibles as they
+	// are first read reports them) make the next reads fetch again: read
+	// until one read costs no call.
+	eventually(t, a, widgetFactory, 3*time.Second, "a read costs no D-Bus call", func() (bool, string) {
+		before := a.Stats().Calls
+		_, err := a.ElementTree(ctx, widgetFactory)
+		calls := a.Stats().Calls - before
+		return err == nil && calls == 0, fmt.Sprintf("%d calls, %v", calls, err)
+	})
 	before := a.Stats().Calls
 	for i := 0; i < 20; i++ {
 		if _, err := a.ElementTree(ctx, widgetFactory); err != nil {
@@ -775,15 +861,14 @@ func TestDesktopWarmCacheIsEventDriven(t *testing.T) {
 // events report the surface created and destroyed, and the warm cache
 // follows.
 func TestDesktopWindowLifecycle(t *testing.T) {
-	var mu sync.Mutex
-	var events []string
-	a := desktop(t, Config{OnEvent: func(typ, app, surface string, data map[string]any) {
+	testkit.CheckGoroutines(t)
+	events := newRecorder(func(typ, app, surface string, data map[string]any) string {
 		if strings.HasPrefix(typ, "surface.") {
-			mu.Lock()
-			events = append(events, typ+" "+surface)
-			mu.Unlock()
+			return typ + " " + surface
 		}
-	}})
+		return ""
+	})
+	a := desktop(t, Config{OnEvent: events.onEvent})
 	ctx := context.Background()
 	before, err := a.ElementTree(ctx, widgetFactory)
 	if err != nil {
@@ -793,18 +878,14 @@ func TestDesktopWindowLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dialog string
-	eventually(t, 5*time.Second, "a second surface", func() (bool, string) {
+	eventually(t, a, widgetFactory, 5*time.Second, "a second surface", func() (bool, string) {
 		ids, err := a.surfacesOf(ctx, widgetFactory)
 		if len(ids) >= 2 {
 			dialog = ids[len(ids)-1]
 		}
 		return len(ids) >= 2, fmt.Sprint(ids, err)
 	})
-	eventually(t, 3*time.Second, "a surface.created event", func() (bool, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(events, api.EventSurfaceCreated+" "+dialog), strings.Join(events, "; ")
-	})
+	events.waitFor(t, 3*time.Second, api.EventSurfaceCreated+" "+dialog)
 	after, err := a.ElementTree(ctx, widgetFactory)
 	if err != nil || len(after) <= len(before) {
 		t.Errorf("the tree has %d nodes with the dialog open, %d before (%v)", len(after), len(before), err)
@@ -836,15 +917,11 @@ func TestDesktopWindowLifecycle(t *testing.T) {
 	if _, err := act(ctx, a, dialog, closeID, ActionActivate, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the dialog's surface is gone", func() (bool, string) {
+	eventually(t, a, widgetFactory, 5*time.Second, "the dialog's surface is gone", func() (bool, string) {
 		ids, err := a.surfacesOf(ctx, widgetFactory)
 		return err == nil && !slices.Contains(ids, dialog), fmt.Sprint(ids, err)
 	})
-	eventually(t, 3*time.Second, "a surface.destroyed event", func() (bool, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(events, api.EventSurfaceDestroyed+" "+dialog), strings.Join(events, "; ")
-	})
+	events.waitFor(t, 3*time.Second, api.EventSurfaceDestroyed+" "+dialog)
 	_, err = a.Surface(ctx, dialog)
 	wantCode(t, err, api.CodeSurfaceNotFound)
 }

@@ -408,16 +408,7 @@ func pollInterval(attempt int) time.Duration {
 // waitChange waits until the application appID (any, if empty) changes,
 // or d passes, or ctx ends.
 func (a *Adapter) waitChange(ctx context.Context, appID string, d time.Duration) error {
-	var ch <-chan struct{}
-	if appID != "" {
-		a.mu.Lock()
-		if ap := a.byID[appID]; ap != nil {
-			ap.mu.Lock()
-			ch = ap.changed
-			ap.mu.Unlock()
-		}
-		a.mu.Unlock()
-	}
+	ch := a.changes(appID)
 	start := time.Now()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -439,6 +430,24 @@ func (a *Adapter) waitChange(ctx context.Context, appID string, d time.Duration)
 		}
 	}
 	return nil
+}
+
+// changes returns a channel closed at the next change to the cache of
+// the application appID, or nil if the adapter does not know it (or
+// appID is empty).
+func (a *Adapter) changes(appID string) <-chan struct{} {
+	if appID == "" {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ap := a.byID[appID]
+	if ap == nil {
+		return nil
+	}
+	ap.mu.Lock()
+	defer ap.mu.Unlock()
+	return ap.changed
 }
 
 // minPoll is the shortest wait between two looks at an application.
