@@ -2,7 +2,9 @@ package atspi
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/godbus/dbus/v5"
 
@@ -102,6 +104,99 @@ func TestApplyEvents(t *testing.T) {
 	if !ap.touched["/w/p/cb1"] {
 		t.Error("an event during a load was not recorded")
 	}
+}
+
+// TestApplyEventKinds checks, kind by kind, what an event does to the
+// cached node it names and which PCP events it gives, and that an event
+// about a node the cache does not hold changes nothing but may still be
+// reported.
+func TestApplyEventKinds(t *testing.T) {
+	for _, tc := range []struct {
+		kind, detail string
+		path         dbus.ObjectPath
+		data         any
+		check        func(ap *app) string // "" if the cache is as it should be
+		events       []string             // typ of each PCP event
+	}{
+		{kind: "object:value-changed", path: "/w/p/text",
+			check:  func(ap *app) string { return failIf(ap.nodes["/w/p/text"].valueOK, "valueOK still set") },
+			events: []string{api.EventElementValueChanged}},
+		{kind: "object:property-change", detail: "accessible-value", path: "/w/p/text",
+			check:  func(ap *app) string { return failIf(ap.nodes["/w/p/text"].valueOK, "valueOK still set") },
+			events: []string{api.EventElementValueChanged}},
+		{kind: "object:property-change", detail: "accessible-description", path: "/w/p/open", data: "Opens a file",
+			check: func(ap *app) string {
+				return failIf(ap.nodes["/w/p/open"].desc != "Opens a file", "description "+ap.nodes["/w/p/open"].desc)
+			}},
+		{kind: "object:property-change", detail: "accessible-parent", path: "/w/p/open",
+			check: func(ap *app) string {
+				return failIf(!ap.staleKids["/w/p"] || !ap.nodes["/w/p/open"].infoStale, "old parent not relisted or node not stale")
+			}},
+		{kind: "object:property-change", detail: "accessible-role", path: "/w/p/open",
+			check: func(ap *app) string { return failIf(!ap.nodes["/w/p/open"].infoStale, "node not stale") }},
+		{kind: "object:property-change", detail: "accessible-name", path: "/w/p/open", data: 42,
+			check: func(ap *app) string {
+				n := ap.nodes["/w/p/open"]
+				return failIf(!n.infoStale || n.name != "Open", "a name that is no string: stale "+fmt.Sprint(n.infoStale)+", name "+n.name)
+			}},
+		{kind: "object:bounds-changed", path: "/w/p/open",
+			check: func(ap *app) string { return failIf(!ap.nodes["/w/p/open"].boundsAt.IsZero(), "bounds still fresh") }},
+		{kind: "object:model-changed", path: "/w/p",
+			check: func(ap *app) string { return failIf(!ap.staleKids["/w/p"], "children not relisted") }},
+		{kind: "window:create", path: "/w",
+			check: func(ap *app) string {
+				return failIf(len(ap.staleKids) != 0, fmt.Sprint("stale children ", ap.staleKids))
+			}},
+		{kind: "object:state-changed", detail: "checked", path: "/gone",
+			check:  func(ap *app) string { return failIf(ap.nodes["/gone"] != nil, "a node made up") },
+			events: []string{api.EventElementStateChanged}},
+		{kind: "object:children-changed", detail: "add", path: "/gone", data: []any{":1.0", dbus.ObjectPath("/gone/kid")},
+			check: func(ap *app) string {
+				return failIf(len(ap.staleKids) != 0, fmt.Sprint("stale children ", ap.staleKids))
+			},
+			events: []string{api.EventElementChildrenChanged}},
+	} {
+		t.Run(tc.kind+":"+tc.detail+" "+string(tc.path), func(t *testing.T) {
+			ap := loadedApp(t)
+			for _, n := range ap.nodes {
+				n.valueOK, n.boundsAt = true, time.Unix(1, 0)
+			}
+			changed := ap.changed
+			gen := uint64(0)
+			if n := ap.nodes[tc.path]; n != nil {
+				gen = n.gen
+			}
+			out := ap.apply(event{kind: tc.kind, detail: tc.detail, path: tc.path, data: tc.data, sender: ap.bus})
+			if msg := tc.check(ap); msg != "" {
+				t.Error(msg)
+			}
+			var got []string
+			for _, e := range out {
+				got = append(got, e.typ)
+				if e.data["app_id"] != ap.id {
+					t.Errorf("%s lacks the app id: %v", e.typ, e.data)
+				}
+			}
+			if !slices.Equal(got, tc.events) {
+				t.Errorf("events %v, want %v", got, tc.events)
+			}
+			if n := ap.nodes[tc.path]; n != nil && n.gen != gen+1 {
+				t.Errorf("gen %d, want %d", n.gen, gen+1)
+			}
+			select {
+			case <-changed:
+			default:
+				t.Error("no change notification")
+			}
+		})
+	}
+}
+
+func failIf(bad bool, msg string) string {
+	if bad {
+		return msg
+	}
+	return ""
 }
 
 func TestSigQueueOverflow(t *testing.T) {
