@@ -32,7 +32,7 @@ func BenchmarkInvokeInProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	br, err := New(context.Background(), Config{Store: st})
+	br, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,7 +96,7 @@ trust_level = "auto"
 				b.Fatal(err)
 			}
 			defer st.Close()
-			br, err := New(context.Background(), Config{Store: st, RateLimits: tc.limits, Policy: tc.pol})
+			br, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, RateLimits: tc.limits, Policy: tc.pol})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -44,7 +44,7 @@ func newMailWorld(t *testing.T, path string) *mailWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.st.Close() })
-	w.b, err = New(context.Background(), Config{Store: w.st, AllowUnsigned: true, RateLimits: &RateLimits{}, LivenessInterval: -1,
+	w.b, err = New(context.Background(), Config{Apps: w.st, Audit: w.st, Journal: w.st, Jobs: w.st, AllowUnsigned: true, RateLimits: &RateLimits{}, LivenessInterval: -1,
 		Now: w.clk.Now, AfterFunc: w.clk.AfterFunc, ConfirmationTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

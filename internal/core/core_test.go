@@ -75,7 +75,7 @@ func newBroker(t *testing.T, path, trustDir string) (*Broker, *store.Store) {
 		t.Fatal(err)
 	}
 	// Limits are tested on their own; here they would only get in the way.
-	b, err := New(ctx, Config{Store: st, TrustDir: trustDir, RateLimits: &RateLimits{}})
+	b, err := New(ctx, Config{Apps: st, Audit: st, Journal: st, Jobs: st, TrustDir: trustDir, RateLimits: &RateLimits{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestStalledSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := New(context.Background(), Config{Store: st, SubscriberQueue: 4})
+	b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, SubscriberQueue: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestLiveness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &RateLimits{},
+	b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, AllowUnsigned: true, RateLimits: &RateLimits{},
 		LivenessInterval: 10 * time.Millisecond, LivenessTimeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

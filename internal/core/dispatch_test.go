@@ -182,7 +182,7 @@ func newDispatchWorld(t *testing.T, rl RateLimits) *dispatchWorld {
 	}
 	t.Cleanup(func() { st.Close() })
 	w := &dispatchWorld{clk: testkit.NewClock(time.Unix(1700000000, 0)), calls: &calls{}}
-	w.b, err = New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &rl, LivenessInterval: -1,
+	w.b, err = New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, AllowUnsigned: true, RateLimits: &rl, LivenessInterval: -1,
 		Now: w.clk.Now, AfterFunc: w.clk.AfterFunc, ConfirmationTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

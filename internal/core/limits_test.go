@@ -21,7 +21,7 @@ func limitedBroker(t *testing.T, rl RateLimits) (*Broker, *testkit.Clock) {
 	}
 	t.Cleanup(func() { st.Close() })
 	clk := testkit.NewClock(time.Unix(1700000000, 0))
-	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &rl, Now: clk.Now})
+	b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, AllowUnsigned: true, RateLimits: &rl, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if pol.Loaded() {
 		log.Info("policy loaded", "path", cfg.PolicyFile)
 	}
-	b, err := core.New(ctx, core.Config{Store: st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
+	b, err := core.New(ctx, core.Config{Apps: st, Audit: st, Journal: st, Jobs: st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
 	if err != nil {
 		return err
 	}

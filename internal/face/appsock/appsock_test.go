@@ -47,7 +47,8 @@ func newFixture(t testing.TB, cfg core.Config) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg.Store, cfg.AllowUnsigned, cfg.TrustDir = st, true, t.TempDir()
+	cfg.Apps, cfg.Audit, cfg.Journal, cfg.Jobs = st, st, st, st
+	cfg.AllowUnsigned, cfg.TrustDir = true, t.TempDir()
 	if cfg.LivenessInterval == 0 {
 		cfg.LivenessInterval = -1
 	}

@@ -196,7 +196,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 	t.Cleanup(func() { st.Close() })
 	clk := testkit.NewClock(testkit.GoldenTime)
 	b, err := core.New(context.Background(), core.Config{
-		Store:         st,
+		Apps: st, Audit: st, Journal: st, Jobs: st,
 		TrustDir:      t.TempDir(),
 		AllowUnsigned: allowUnsigned,
 		SessionID:     "session-1",
