@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -42,10 +43,10 @@ func (b *Broker) AddAdapter(info api.RegisterAdapterParams, a Adapter) error {
 	return b.bindAdapter(context.Background(), info, a, nil)
 }
 
-// RegisterAdapter binds the calling connection as an adapter: the broker
-// sends it query.surface, query.elements, invoke.action and
-// query.session_context, and publishes the surface.* and element.* events
-// it sends.
+// RegisterAdapter binds the calling connection's adapter role
+// (Endpoint.Adapter): the broker asks it for surfaces, elements, actions
+// and its session context, and publishes the surface.* and element.*
+// events it sends (AdapterEvent).
 func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterParams) (*api.RegisterAdapterResult, error) {
 	switch {
 	case p.SurfaceType == "":
@@ -63,10 +64,10 @@ func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterPara
 		}
 	}
 	sess := SessionFrom(ctx)
-	if sess == nil || sess.peer == nil {
+	if sess == nil || sess.ep.Adapter == nil {
 		return nil, api.Errorf(api.CodeInvalidRequest, nil, "an adapter must be served on a connection")
 	}
-	if err := b.bindAdapter(ctx, *p, remoteAdapter{sess}, sess); err != nil {
+	if err := b.bindAdapter(ctx, *p, sess.ep.Adapter, sess); err != nil {
 		return nil, err
 	}
 	return &api.RegisterAdapterResult{Bound: true, AdapterID: p.AdapterID}, nil
@@ -230,63 +231,43 @@ func (b *Broker) SessionContext(ctx context.Context) (*api.SessionContext, error
 	return out, nil
 }
 
-// remoteAdapter is an adapter served by a connection that called
-// register.adapter; the broker calls the spec's query methods on it.
-type remoteAdapter struct{ s *Session }
-
-func (r remoteAdapter) Surface(ctx context.Context, id string) (*api.Surface, error) {
-	var out api.Surface
-	if err := r.s.peer.Call(ctx, api.MethodQuerySurface, &api.QuerySurfaceParams{SurfaceID: id}, &out); err != nil {
-		return nil, err
+// AdapterEvent publishes an event that an adapter served on a connection
+// sent: a notification named by the event's type, with the event's
+// members as params. It decides which notifications are adapter events:
+// ok is false when method is outside the adapter events' namespaces
+// (api.InAdapterEventNamespace), and the face serves the notification as
+// any other message. Otherwise the notification is this call's, and it
+// refuses with err (publishing nothing) an unknown event type, params that
+// are not a JSON object, or a connection that serves no adapter.
+func (b *Broker) AdapterEvent(ctx context.Context, method string, params json.RawMessage) (ok bool, err error) {
+	if !api.InAdapterEventNamespace(method) {
+		return false, nil
 	}
-	return &out, nil
-}
-
-func (r remoteAdapter) Elements(ctx context.Context, p *api.QueryElementsParams) (*api.QueryElementsResult, error) {
-	var out api.QueryElementsResult
-	if err := r.s.peer.Call(ctx, api.MethodQueryElements, p, &out); err != nil {
-		return nil, err
+	if !api.KnownEventType(method) {
+		return true, api.Errorf(api.CodeInvalidParams, map[string]any{"event_type": method}, "unknown event type %q", method)
 	}
-	return &out, nil
-}
-
-func (r remoteAdapter) Action(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error) {
-	var out api.InvokeActionResult
-	if err := r.s.peer.Call(ctx, api.MethodInvokeAction, p, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-func (r remoteAdapter) Context(ctx context.Context) (*api.SessionContext, error) {
-	var out api.SessionContext
-	if err := r.s.peer.Call(ctx, api.MethodQuerySessionContext, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// AdapterEvent publishes an event a connection-served adapter sent. Only
-// sessions bound as adapters may publish, and only surface.* and element.*
-// events.
-func (b *Broker) AdapterEvent(ctx context.Context, eventType string, data map[string]any) error {
 	sess := SessionFrom(ctx)
 	if sess == nil {
-		return api.ErrPermissionDenied
+		return true, api.ErrPermissionDenied
 	}
 	sess.mu.Lock()
 	isAdapter := len(sess.adapters) > 0
 	sess.mu.Unlock()
 	if !isAdapter {
-		return api.Errorf(api.CodePermissionDenied, nil, "only adapters publish %s", eventType)
+		return true, api.Errorf(api.CodePermissionDenied, nil, "only adapters publish %s", method)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(params, &data); err != nil || data == nil {
+		return true, api.InvalidParam("params", "%s: the event's members must be a JSON object", method)
 	}
 	appID, _ := data["app_id"].(string)
 	surfaceID, _ := data["surface_id"].(string)
+	// The daemon sets these when it delivers the event.
 	delete(data, "subscription_id")
 	delete(data, "sequence")
 	delete(data, "timestamp")
-	b.publish(eventType, appID, surfaceID, data)
-	return nil
+	b.publish(method, appID, surfaceID, data)
+	return true, nil
 }
 
 // Health reports the broker's state.

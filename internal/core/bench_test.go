@@ -102,7 +102,7 @@ trust_level = "auto"
 			}
 			defer br.Close()
 			br.AddService(pingService{})
-			ctx := WithSession(context.Background(), br.OpenSession(SessionInfo{Transport: "unix"}, nil))
+			ctx := WithSession(context.Background(), br.OpenSession(SessionInfo{Transport: "unix"}, Endpoint{}))
 			p := &api.InvokeCapabilityParams{CapabilityID: "pcp.bench.ping", AppID: "pcp.bench", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"payload":1}`)}
 			b.ReportAllocs()
 			for b.Loop() {

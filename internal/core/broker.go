@@ -22,9 +22,14 @@
 // in order. b.confMu guards confirmations, b.jobMu queued jobs, a
 // Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
 // and Session.mu; b.jobMu and the limiters' lock are leaves. Providers,
-// adapters, peers and store calls that wait for a commit are never called
-// while holding any of them (Store.AppendEvent, which only queues, is
-// called under b.evMu so the journal keeps sequence order).
+// adapters, a connection's roles (Endpoint) and store calls that wait for
+// a commit are never called while holding any of them (Journal.AppendEvent,
+// which only queues, is called under b.evMu so the journal keeps sequence
+// order).
+//
+// The core speaks Go types only: a connection declares the typed roles it
+// offers when its session opens (Endpoint: an app channel, an adapter, an
+// event sink), and each face encodes them in its own wire format.
 package core
 
 import (

@@ -121,7 +121,7 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 		return fail(err)
 	}
 	serve := p.Serve == nil || *p.Serve
-	if sess == nil || sess.peer == nil {
+	if sess == nil || sess.ep.App == nil {
 		serve = false
 	}
 

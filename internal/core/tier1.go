@@ -11,7 +11,7 @@ import (
 
 // AppSocketOpener opens Tier 1 per-app sockets (spec 001). The daemon
 // provides it; a connection accepted on an app's socket becomes a Session
-// whose Peer speaks the PcpServer contract.
+// whose Endpoint speaks the PcpServer contract.
 type AppSocketOpener interface {
 	// OpenAppSocket returns the path of appID's socket, opening it if
 	// it is not open yet.
@@ -108,8 +108,8 @@ func (b *Broker) AppState(ctx context.Context, p *api.AppsStateParams) (*api.App
 	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
 		return nil, err
 	}
-	q, ok := owner.peer.(StateQuerier)
-	if !ok {
+	q := owner.ep.State
+	if q == nil {
 		return nil, api.Errorf(api.CodeActionNotSupported, map[string]any{"app_id": p.AppID},
 			"app %s does not report its state: it is not served on a Tier 1 socket", p.AppID)
 	}

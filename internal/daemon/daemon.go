@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config) error {
 				case <-cfg.Reload:
 				}
 				// The signal acts as the user: only they can send it.
-				s := b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, nil)
+				s := b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, core.Endpoint{})
 				_, err := b.ReloadPolicy(core.WithSession(ctx, s))
 				s.Close()
 				if err != nil {

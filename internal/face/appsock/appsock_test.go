@@ -33,12 +33,6 @@ type fixture struct {
 	agent context.Context // an agent's connection
 }
 
-// nopPeer is an agent connection that is never called back.
-type nopPeer struct{}
-
-func (nopPeer) Call(context.Context, string, any, any) error { return errors.New("not serving") }
-func (nopPeer) Notify(string, any) error                     { return nil }
-func (nopPeer) Close() error                                 { return nil }
 
 func newFixture(t testing.TB, cfg core.Config) *fixture {
 	t.Helper()
@@ -70,7 +64,7 @@ func newFixture(t testing.TB, cfg core.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: os.Getuid(), PID: os.Getpid()}, nopPeer{})
+	sess := b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: os.Getuid(), PID: os.Getpid()}, core.Endpoint{})
 	t.Cleanup(sess.Close)
 	return &fixture{t: t, b: b, srv: srv, path: res.Socket, agent: core.WithSession(context.Background(), sess)}
 }
