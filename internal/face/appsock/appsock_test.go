@@ -33,7 +33,6 @@ type fixture struct {
 	agent context.Context // an agent's connection
 }
 
-
 func newFixture(t testing.TB, cfg core.Config) *fixture {
 	t.Helper()
 	st, err := store.OpenMemory(context.Background())
