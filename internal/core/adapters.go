@@ -102,8 +102,8 @@ func (b *Broker) bindAdapter(ctx context.Context, info api.RegisterAdapterParams
 		owner.adapters[info.AdapterID] = true
 		owner.mu.Unlock()
 	}
-	err := b.audit(ctx, audit.Record{Kind: "adapter", Actor: owner.Actor(), Outcome: "success",
-		Detail: detailJSON(map[string]any{"adapter_id": info.AdapterID, "surface_type": info.SurfaceType, "supported_tiers": info.SupportedTiers})})
+	err := b.audit(ctx, audit.Record{Kind: api.AuditAdapter, Actor: owner.Actor(), Outcome: api.AuditSuccess,
+		Detail: detailOf(&api.AuditAdapterDetail{AdapterID: info.AdapterID, SurfaceType: info.SurfaceType, SupportedTiers: info.SupportedTiers})})
 	if err != nil {
 		return err
 	}
@@ -177,9 +177,9 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 		return nil, err
 	}
 	res, err := firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
-	rec := audit.Record{Time: start, Kind: "action", Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
-		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: "success",
-		Detail: detailJSON(map[string]any{"surface_id": p.SurfaceID, "element_id": p.ElementID, "action": p.Action})}
+	rec := audit.Record{Time: start, Kind: api.AuditAction, Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
+		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: api.AuditSuccess,
+		Detail: detailOf(&api.AuditActionDetail{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action})}
 	if err != nil {
 		rec.Outcome = api.AsError(err).Code.Name()
 	}

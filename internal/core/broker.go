@@ -341,6 +341,12 @@ func (b *Broker) audit(ctx context.Context, r audit.Record) error {
 	return nil
 }
 
+// detailOf encodes an audit detail, one of api's Audit*Detail structs.
+func detailOf(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}
+
 func detailJSON(v map[string]any) json.RawMessage {
 	if len(v) == 0 {
 		return nil

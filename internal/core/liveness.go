@@ -65,13 +65,13 @@ func (b *Broker) livenessChanged(s *Session, responsive bool) {
 		apps = append(apps, id)
 	}
 	s.mu.Unlock()
-	ev, outcome := api.EventAppUnresponsive, "unresponsive"
+	ev, outcome := api.EventAppUnresponsive, api.AuditUnresponsive
 	if responsive {
-		ev, outcome = api.EventAppResponsive, "responsive"
+		ev, outcome = api.EventAppResponsive, api.AuditResponsive
 	}
 	for _, id := range apps {
 		b.log.Warn("app liveness changed", "app_id", id, "state", outcome)
-		b.audit(context.Background(), audit.Record{Kind: "liveness", Actor: s.Actor(), AppID: id, Outcome: outcome})
+		b.audit(context.Background(), audit.Record{Kind: api.AuditLiveness, Actor: s.Actor(), AppID: id, Outcome: outcome})
 		b.publish(ev, id, "", map[string]any{"app_id": id})
 	}
 }
