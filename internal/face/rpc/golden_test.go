@@ -58,6 +58,9 @@ type goldenConn struct {
 }
 
 func runGolden(t *testing.T, file string) {
+	// Every goroutine a transcript starts (connections, their handlers,
+	// subscription pumps, the broker's and the store's) ends with it.
+	testkit.CheckGoroutines(t)
 	ar := golden.Load(t, file)
 	allowUnsigned, maxLine := false, 0
 	limits := core.RateLimits{}

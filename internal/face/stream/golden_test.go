@@ -116,6 +116,10 @@ func (e *env) conn(name string) net.Conn {
 }
 
 func runGolden(t *testing.T, file string) {
+	// Every goroutine a transcript starts (framed and JSON-RPC connections,
+	// subscription pumps, per-app sockets, the broker's and the store's)
+	// ends with it.
+	testkit.CheckGoroutines(t)
 	ar := golden.Load(t, file)
 	e := newEnv(t)
 	defer func() {
