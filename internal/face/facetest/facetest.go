@@ -5,22 +5,31 @@ package facetest
 
 import (
 	"context"
+	"net"
 	"testing"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // Subscribers is how many connections EventFanout subscribes.
 const Subscribers = 8
 
-// EventFanout publishes b.N events to Subscribers subscribers and counts
-// an op when every one has read the event: the whole push path (journal,
-// queues, pumps, the face's encoding, the socket). subscribe opens one
-// connection on the face, subscribes it to surface.created, and returns a
-// function that reads one pushed event from it.
-func EventFanout(b *testing.B, subscribe func(br *core.Broker) (next func() error)) {
+// Agent is an agent's connection on a Unix socket.
+var Agent = core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: -1, PID: -1}
+
+// Serve serves one connection with a face of br until it closes.
+type Serve func(br *core.Broker, c net.Conn)
+
+// EventFanout publishes b.N events to Subscribers subscribers, each on its
+// own connection over a Unix socket pair served by serve, and counts an op
+// when every one has read the event: the whole push path (journal, queues,
+// pumps, the face's encoding, the socket). subscribe subscribes the client
+// side of a connection to surface.created and returns a function that
+// reads one pushed event from it.
+func EventFanout(b *testing.B, serve Serve, subscribe func(c net.Conn) (next func() error)) {
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		b.Fatal(err)
@@ -35,7 +44,10 @@ func EventFanout(b *testing.B, subscribe func(br *core.Broker) (next func() erro
 	defer br.Close()
 	errs := make(chan error, Subscribers)
 	for range Subscribers {
-		next := subscribe(br)
+		client, server := testkit.SocketPair(b)
+		defer client.Close()
+		go serve(br, server)
+		next := subscribe(client)
 		go func() {
 			for range b.N {
 				if err := next(); err != nil {

@@ -2,25 +2,24 @@ package stream
 
 import (
 	"bufio"
+	"net"
 	"testing"
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/facetest"
 	"github.com/pcp-dev/pcp/internal/frame"
-	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // BenchmarkEventFanout pushes each event to 8 subscribers, each on its own
-// framed connection over a Unix socket pair.
+// framed connection.
 func BenchmarkEventFanout(b *testing.B) {
-	facetest.EventFanout(b, func(br *core.Broker) func() error {
-		client, server := testkit.SocketPair(b)
-		b.Cleanup(func() { client.Close() })
-		go NewServer(br, Options{}).ServeConn(server, core.SessionInfo{Role: core.RoleAgent, Transport: "unix"})
-		if err := frame.Write(client, frame.Frame{Type: frame.SubscribeEvents, Payload: []byte(`{"filter":{"event_types":["surface.created"]}}`)}); err != nil {
+	serve := func(br *core.Broker, c net.Conn) { NewServer(br, Options{}).ServeConn(c, facetest.Agent) }
+	facetest.EventFanout(b, serve, func(c net.Conn) func() error {
+		err := frame.Write(c, frame.Frame{Type: frame.SubscribeEvents, Payload: []byte(`{"filter":{"event_types":["surface.created"]}}`)})
+		if err != nil {
 			b.Fatal(err)
 		}
-		rd := frame.NewReader(bufio.NewReaderSize(client, 1<<16), frame.DefaultMaxPayload)
+		rd := frame.NewReader(bufio.NewReaderSize(c, 1<<16), frame.DefaultMaxPayload)
 		if f, err := rd.Next(); err != nil || f.Type != frame.SubscribeEvents {
 			b.Fatalf("subscribe: %v, %v", f.Type, err)
 		}
