@@ -63,9 +63,9 @@ func (s *subscription) matches(ev *api.Event) bool {
 	return true
 }
 
-func (s *subscription) offer(p *api.Event) {
+func (s *subscription) offer(ev *api.Event) {
 	select {
-	case s.queue <- p:
+	case s.queue <- ev:
 	default:
 		s.lost.Add(1)
 	}
