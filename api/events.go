@@ -1,5 +1,7 @@
 package api
 
+import "strings"
+
 // Event types the daemon publishes. A subscriber names them in
 // subscribe.events; "*" subscribes to every type.
 const (
@@ -68,6 +70,13 @@ var EventTypes = []string{
 	EventSurfaceDestroyed,
 	EventSurfaceFocusChanged,
 	EventSurfaceTitleChanged,
+}
+
+// InAdapterEventNamespace reports whether name is in the namespaces of the
+// events adapters emit (surface.*, element.*): a notification so named,
+// sent by an adapter's connection, reports such an event.
+func InAdapterEventNamespace(name string) bool {
+	return strings.HasPrefix(name, "surface.") || strings.HasPrefix(name, "element.")
 }
 
 // KnownEventType reports whether t is an event type the daemon publishes.

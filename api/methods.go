@@ -4,6 +4,8 @@
 // face share one definition.
 package api
 
+import "sort"
+
 // Methods of spec 000, sorted.
 const (
 	MethodHealthCheck         = "health.check"
@@ -81,3 +83,78 @@ const (
 	// terminated by the daemon (the app was revoked, say).
 	NotifySubscriptionEnded = "subscription.ended"
 )
+
+// Role is who may call a method.
+type Role string
+
+const (
+	// RoleAgent methods are open to every authenticated connection: the
+	// agent socket, loopback TCP and the user's control socket.
+	RoleAgent Role = "agent"
+	// RoleUser methods are served on the user's control socket only.
+	RoleUser Role = "user"
+)
+
+// MethodInfo describes one method of the JSON-RPC face.
+type MethodInfo struct {
+	Name string
+	// Role is the least role that may call it.
+	Role Role
+	// ReadOnly methods change no state (they may still be costly, like
+	// audit.verify): a client may retry one whose answer it lost, and a
+	// read-only surface such as pavo's queries may offer it.
+	ReadOnly bool
+}
+
+// Methods lists every method of the JSON-RPC face, spec 000's and PCP's
+// extensions, sorted by name. The face's method table, its role check and
+// pavo's retries read it.
+var Methods = []MethodInfo{
+	{Name: MethodAppsAllow, Role: RoleUser},
+	{Name: MethodAppsList, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodAppsSocket, Role: RoleAgent},
+	{Name: MethodAppsState, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodAuditTail, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodAuditVerify, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodConfirmApprove, Role: RoleUser},
+	{Name: MethodConfirmDeny, Role: RoleUser},
+	{Name: MethodConfirmList, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodEventsHistory, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodHealthCheck, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodInvokeAction, Role: RoleAgent},
+	{Name: MethodInvokeCapability, Role: RoleAgent},
+	{Name: MethodJobsList, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodJobsUndo, Role: RoleUser},
+	{Name: MethodPolicyReload, Role: RoleUser},
+	{Name: MethodPolicyShow, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodQueryCapabilities, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodQueryElements, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodQuerySessionContext, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodQuerySurface, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodRegisterAdapter, Role: RoleAgent},
+	{Name: MethodRegisterCapability, Role: RoleAgent},
+	{Name: MethodRevokeApp, Role: RoleAgent},
+	{Name: MethodSessionAuthenticate, Role: RoleAgent},
+	{Name: MethodSubscribeEvents, Role: RoleAgent},
+	{Name: MethodUnsubscribeEvents, Role: RoleAgent},
+}
+
+// LookupMethod returns the description of the method called name.
+func LookupMethod(name string) (MethodInfo, bool) {
+	i := sort.Search(len(Methods), func(i int) bool { return Methods[i].Name >= name })
+	if i < len(Methods) && Methods[i].Name == name {
+		return Methods[i], true
+	}
+	return MethodInfo{}, false
+}
+
+// ReadOnlyMethods lists the read-only methods, sorted.
+func ReadOnlyMethods() []string {
+	var out []string
+	for _, m := range Methods {
+		if m.ReadOnly {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}

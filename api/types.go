@@ -1,6 +1,9 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // InvocationSource identifies who initiated an invocation (spec 000).
 type InvocationSource string
@@ -107,6 +110,20 @@ type RegisterAdapterResult struct {
 type QueryCapabilitiesParams struct {
 	AppID string `json:"app_id,omitempty"`
 	Tier  *int   `json:"tier,omitempty"`
+}
+
+// CapabilityID is the id of an app's capability: "<app id>.<name>".
+func CapabilityID(appID, name string) string { return appID + "." + name }
+
+// CapabilityAppID is the app part of a capability id, everything before
+// its last dot (a capability's name has none). ok is false when the id
+// has no app part.
+func CapabilityAppID(id string) (appID string, ok bool) {
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 {
+		return "", false
+	}
+	return id[:i], true
 }
 
 // Capability is a registered capability as queries return it.
@@ -344,7 +361,7 @@ type AppsAllowResult struct {
 }
 
 // AppsSocketParams are the parameters of apps.socket: the app and its
-// signed manifest, checked as register.app checks it.
+// signed manifest, checked as register.capability checks it.
 type AppsSocketParams struct {
 	AppID    string          `json:"app_id"`
 	Manifest json.RawMessage `json:"manifest"`

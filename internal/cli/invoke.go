@@ -54,11 +54,10 @@ another terminal.`,
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		capID := args[0]
 		if appID == "" {
-			i := strings.LastIndexByte(capID, '.')
-			if i <= 0 {
+			var ok bool
+			if appID, ok = api.CapabilityAppID(capID); !ok {
 				return usagef("capability id %q has no app part; pass --app", capID)
 			}
-			appID = capID[:i]
 		}
 		raw, err := e.invokeParams(params, args[1:])
 		if err != nil {

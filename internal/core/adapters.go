@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -42,10 +43,10 @@ func (b *Broker) AddAdapter(info api.RegisterAdapterParams, a Adapter) error {
 	return b.bindAdapter(context.Background(), info, a, nil)
 }
 
-// RegisterAdapter binds the calling connection as an adapter: the broker
-// sends it query.surface, query.elements, invoke.action and
-// query.session_context, and publishes the surface.* and element.* events
-// it sends.
+// RegisterAdapter binds the calling connection's adapter role
+// (Endpoint.Adapter): the broker asks it for surfaces, elements, actions
+// and its session context, and publishes the surface.* and element.*
+// events it sends (AdapterEvent).
 func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterParams) (*api.RegisterAdapterResult, error) {
 	switch {
 	case p.SurfaceType == "":
@@ -63,10 +64,10 @@ func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterPara
 		}
 	}
 	sess := SessionFrom(ctx)
-	if sess == nil || sess.peer == nil {
+	if sess == nil || sess.ep.Adapter == nil {
 		return nil, api.Errorf(api.CodeInvalidRequest, nil, "an adapter must be served on a connection")
 	}
-	if err := b.bindAdapter(ctx, *p, remoteAdapter{sess}, sess); err != nil {
+	if err := b.bindAdapter(ctx, *p, sess.ep.Adapter, sess); err != nil {
 		return nil, err
 	}
 	return &api.RegisterAdapterResult{Bound: true, AdapterID: p.AdapterID}, nil
@@ -101,8 +102,8 @@ func (b *Broker) bindAdapter(ctx context.Context, info api.RegisterAdapterParams
 		owner.adapters[info.AdapterID] = true
 		owner.mu.Unlock()
 	}
-	err := b.audit(ctx, audit.Record{Kind: "adapter", Actor: owner.Actor(), Outcome: "success",
-		Detail: detailJSON(map[string]any{"adapter_id": info.AdapterID, "surface_type": info.SurfaceType, "supported_tiers": info.SupportedTiers})})
+	err := b.audit(ctx, audit.Record{Kind: api.AuditAdapter, Actor: owner.Actor(), Outcome: api.AuditSuccess,
+		Detail: detailOf(&api.AuditAdapterDetail{AdapterID: info.AdapterID, SurfaceType: info.SurfaceType, SupportedTiers: info.SupportedTiers})})
 	if err != nil {
 		return err
 	}
@@ -176,9 +177,9 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 		return nil, err
 	}
 	res, err := firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
-	rec := audit.Record{Time: start, Kind: "action", Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
-		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: "success",
-		Detail: detailJSON(map[string]any{"surface_id": p.SurfaceID, "element_id": p.ElementID, "action": p.Action})}
+	rec := audit.Record{Time: start, Kind: api.AuditAction, Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
+		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: api.AuditSuccess,
+		Detail: detailOf(&api.AuditActionDetail{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action})}
 	if err != nil {
 		rec.Outcome = api.AsError(err).Code.Name()
 	}
@@ -230,63 +231,43 @@ func (b *Broker) SessionContext(ctx context.Context) (*api.SessionContext, error
 	return out, nil
 }
 
-// remoteAdapter is an adapter served by a connection that called
-// register.adapter; the broker calls the spec's query methods on it.
-type remoteAdapter struct{ s *Session }
-
-func (r remoteAdapter) Surface(ctx context.Context, id string) (*api.Surface, error) {
-	var out api.Surface
-	if err := r.s.peer.Call(ctx, api.MethodQuerySurface, &api.QuerySurfaceParams{SurfaceID: id}, &out); err != nil {
-		return nil, err
+// AdapterEvent publishes an event that an adapter served on a connection
+// sent: a notification named by the event's type, with the event's
+// members as params. It decides which notifications are adapter events:
+// ok is false when method is outside the adapter events' namespaces
+// (api.InAdapterEventNamespace), and the face serves the notification as
+// any other message. Otherwise the notification is this call's, and it
+// refuses with err (publishing nothing) an unknown event type, params that
+// are not a JSON object, or a connection that serves no adapter.
+func (b *Broker) AdapterEvent(ctx context.Context, method string, params json.RawMessage) (ok bool, err error) {
+	if !api.InAdapterEventNamespace(method) {
+		return false, nil
 	}
-	return &out, nil
-}
-
-func (r remoteAdapter) Elements(ctx context.Context, p *api.QueryElementsParams) (*api.QueryElementsResult, error) {
-	var out api.QueryElementsResult
-	if err := r.s.peer.Call(ctx, api.MethodQueryElements, p, &out); err != nil {
-		return nil, err
+	if !api.KnownEventType(method) {
+		return true, api.Errorf(api.CodeInvalidParams, map[string]any{"event_type": method}, "unknown event type %q", method)
 	}
-	return &out, nil
-}
-
-func (r remoteAdapter) Action(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error) {
-	var out api.InvokeActionResult
-	if err := r.s.peer.Call(ctx, api.MethodInvokeAction, p, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-func (r remoteAdapter) Context(ctx context.Context) (*api.SessionContext, error) {
-	var out api.SessionContext
-	if err := r.s.peer.Call(ctx, api.MethodQuerySessionContext, nil, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// AdapterEvent publishes an event a connection-served adapter sent. Only
-// sessions bound as adapters may publish, and only surface.* and element.*
-// events.
-func (b *Broker) AdapterEvent(ctx context.Context, eventType string, data map[string]any) error {
 	sess := SessionFrom(ctx)
 	if sess == nil {
-		return api.ErrPermissionDenied
+		return true, api.ErrPermissionDenied
 	}
 	sess.mu.Lock()
 	isAdapter := len(sess.adapters) > 0
 	sess.mu.Unlock()
 	if !isAdapter {
-		return api.Errorf(api.CodePermissionDenied, nil, "only adapters publish %s", eventType)
+		return true, api.Errorf(api.CodePermissionDenied, nil, "only adapters publish %s", method)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(params, &data); err != nil || data == nil {
+		return true, api.InvalidParam("params", "%s: the event's members must be a JSON object", method)
 	}
 	appID, _ := data["app_id"].(string)
 	surfaceID, _ := data["surface_id"].(string)
+	// The daemon sets these when it delivers the event.
 	delete(data, "subscription_id")
 	delete(data, "sequence")
 	delete(data, "timestamp")
-	b.publish(eventType, appID, surfaceID, data)
-	return nil
+	b.publish(method, appID, surfaceID, data)
+	return true, nil
 }
 
 // Health reports the broker's state.

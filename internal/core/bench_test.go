@@ -32,7 +32,7 @@ func BenchmarkInvokeInProcess(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	br, err := New(context.Background(), Config{Store: st})
+	br, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,13 +96,13 @@ trust_level = "auto"
 				b.Fatal(err)
 			}
 			defer st.Close()
-			br, err := New(context.Background(), Config{Store: st, RateLimits: tc.limits, Policy: tc.pol})
+			br, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, RateLimits: tc.limits, Policy: tc.pol})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer br.Close()
 			br.AddService(pingService{})
-			ctx := WithSession(context.Background(), br.OpenSession(SessionInfo{Transport: "unix"}, nil))
+			ctx := WithSession(context.Background(), br.OpenSession(SessionInfo{Transport: "unix"}, Endpoint{}))
 			p := &api.InvokeCapabilityParams{CapabilityID: "pcp.bench.ping", AppID: "pcp.bench", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"payload":1}`)}
 			b.ReportAllocs()
 			for b.Loop() {

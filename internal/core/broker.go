@@ -22,9 +22,14 @@
 // in order. b.confMu guards confirmations, b.jobMu queued jobs, a
 // Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
 // and Session.mu; b.jobMu and the limiters' lock are leaves. Providers,
-// adapters, peers and store calls that wait for a commit are never called
-// while holding any of them (Store.AppendEvent, which only queues, is
-// called under b.evMu so the journal keeps sequence order).
+// adapters, a connection's roles (Endpoint) and store calls that wait for
+// a commit are never called while holding any of them (Journal.AppendEvent,
+// which only queues, is called under b.evMu so the journal keeps sequence
+// order).
+//
+// The core speaks Go types only: a connection declares the typed roles it
+// offers when its session opens (Endpoint: an app channel, an adapter, an
+// event sink), and each face encodes them in its own wire format.
 package core
 
 import (
@@ -43,7 +48,7 @@ import (
 	"github.com/pcp-dev/pcp/internal/audit"
 	"github.com/pcp-dev/pcp/internal/manifest"
 	"github.com/pcp-dev/pcp/internal/policy"
-	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/stored"
 )
 
 // Version is the daemon's version, reported by health.check.
@@ -52,30 +57,62 @@ const Version = "0.1.0"
 // DefaultTimeout bounds one execution unless the manifest says otherwise.
 const DefaultTimeout = 30 * time.Second
 
-// Store is the persistence the broker needs. *store.Store implements it.
-type Store interface {
-	SaveApp(ctx context.Context, r store.AppRecord) error
+// The broker's persistence, one small interface per part of the core
+// that uses it; *store.Store implements all four. Methods may be called
+// concurrently. Those that take a context return once their write is
+// committed (or their read done); AppendEvent only queues.
+
+// AppStore keeps registered apps and revocations (the registry).
+type AppStore interface {
+	SaveApp(ctx context.Context, r stored.App) error
 	DeleteApp(ctx context.Context, appID string) error
-	LoadApps(ctx context.Context) ([]store.AppRecord, error)
+	LoadApps(ctx context.Context) ([]stored.App, error)
 	Revoke(ctx context.Context, appID, reason string, at time.Time) error
 	Allow(ctx context.Context, appID string) (wasRevoked bool, err error)
-	Revocations(ctx context.Context) ([]store.Revocation, error)
+	Revocations(ctx context.Context) ([]stored.Revocation, error)
+}
+
+// AuditLog is the hash-chained audit log.
+type AuditLog interface {
 	AppendAudit(ctx context.Context, r audit.Record) (api.AuditEntry, error)
 	AuditTail(ctx context.Context, n int) ([]api.AuditEntry, error)
 	VerifyAudit(ctx context.Context) (api.AuditVerifyResult, error)
+}
+
+// Journal is the bounded event journal. AppendEvent is called under
+// b.evMu, so it must not wait for I/O.
+type Journal interface {
 	AppendEvent(ev api.Event)
 	RecentEvents(ctx context.Context, limit int) ([]api.Event, error)
 	JournalLength() int64
 	LastEventSeq(ctx context.Context) (int64, error)
-	SaveJob(ctx context.Context, j store.Job) error
-	Jobs(ctx context.Context, limit int) ([]store.Job, error)
-	Job(ctx context.Context, id string) (store.Job, bool, error)
-	InterruptJobs(ctx context.Context, now time.Time, reason string) ([]store.Job, error)
+}
+
+// JobStore keeps deferred jobs.
+type JobStore interface {
+	SaveJob(ctx context.Context, j stored.Job) error
+	Jobs(ctx context.Context, limit int) ([]stored.Job, error)
+	Job(ctx context.Context, id string) (stored.Job, bool, error)
+	InterruptJobs(ctx context.Context, now time.Time, reason string) ([]stored.Job, error)
+}
+
+// stores holds the broker's persistence under one field, so that each
+// part of the broker reads b.store.X whichever interface X belongs to.
+type stores struct {
+	AppStore
+	AuditLog
+	Journal
+	JobStore
 }
 
 // Config configures a Broker.
 type Config struct {
-	Store Store
+	// Apps, Audit, Journal and Jobs are the broker's persistence; all
+	// are required.
+	Apps    AppStore
+	Audit   AuditLog
+	Journal Journal
+	Jobs    JobStore
 	// TrustDir holds trusted publisher keys; it is read at each
 	// registration so a key dropped in takes effect without a restart.
 	TrustDir string
@@ -114,7 +151,7 @@ type Config struct {
 // Broker is the PCP core.
 type Broker struct {
 	cfg     Config
-	store   Store
+	store   stores
 	log     *slog.Logger
 	now     func() time.Time
 	started time.Time
@@ -123,7 +160,7 @@ type Broker struct {
 	mu       sync.RWMutex
 	apps     map[string]*appEntry // by app id
 	caps     map[string]*capEntry // by capability id
-	revoked  map[string]store.Revocation
+	revoked  map[string]stored.Revocation
 	adapters []*adapterEntry
 	// access are the accessibility adapters in the order they are asked.
 	// The slice is replaced, never modified in place, so a copy of its
@@ -156,8 +193,15 @@ type Broker struct {
 
 // New loads persisted state and returns a running broker.
 func New(ctx context.Context, cfg Config) (*Broker, error) {
-	if cfg.Store == nil {
-		return nil, fmt.Errorf("core: Config.Store is required")
+	switch {
+	case cfg.Apps == nil:
+		return nil, fmt.Errorf("core: Config.Apps is required")
+	case cfg.Audit == nil:
+		return nil, fmt.Errorf("core: Config.Audit is required")
+	case cfg.Journal == nil:
+		return nil, fmt.Errorf("core: Config.Journal is required")
+	case cfg.Jobs == nil:
+		return nil, fmt.Errorf("core: Config.Jobs is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -176,12 +220,12 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	b := &Broker{
 		cfg:      cfg,
-		store:    cfg.Store,
+		store:    stores{cfg.Apps, cfg.Audit, cfg.Journal, cfg.Jobs},
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		apps:     make(map[string]*appEntry),
 		caps:     make(map[string]*capEntry),
-		revoked:  make(map[string]store.Revocation),
+		revoked:  make(map[string]stored.Revocation),
 		sessions: make(map[string]*Session),
 		subs:     make(map[string]*subscription),
 		confs:    make(map[string]*confirmation),
@@ -295,6 +339,12 @@ func (b *Broker) audit(ctx context.Context, r audit.Record) error {
 		return &api.Error{Code: api.CodeInternalError, Message: "audit log unavailable: " + err.Error()}
 	}
 	return nil
+}
+
+// detailOf encodes an audit detail, one of api's Audit*Detail structs.
+func detailOf(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 func detailJSON(v map[string]any) json.RawMessage {

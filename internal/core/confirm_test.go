@@ -44,7 +44,7 @@ func newMailWorld(t *testing.T, path string) *mailWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.st.Close() })
-	w.b, err = New(context.Background(), Config{Store: w.st, AllowUnsigned: true, RateLimits: &RateLimits{}, LivenessInterval: -1,
+	w.b, err = New(context.Background(), Config{Apps: w.st, Audit: w.st, Journal: w.st, Jobs: w.st, AllowUnsigned: true, RateLimits: &RateLimits{}, LivenessInterval: -1,
 		Now: w.clk.Now, AfterFunc: w.clk.AfterFunc, ConfirmationTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -57,13 +57,13 @@ func newMailWorld(t *testing.T, path string) *mailWorld {
 		w.mu.Unlock()
 		return json.RawMessage(`{"status":"success","data":{"sent":true}}`), nil
 	}}
-	actx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix"}, app))
+	actx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix"}, app.endpoint()))
 	if _, err := w.b.RegisterCapability(actx, &api.RegisterCapabilityParams{AppID: "org.example.mail", Manifest: json.RawMessage(mailManifest)}); err != nil {
 		t.Fatal(err)
 	}
-	w.agent = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1}, &recPeer{}))
-	w.other = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 2}, &recPeer{}))
-	w.user = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Role: RoleUser, Transport: "unix", UID: 1000, PID: 3}, &recPeer{}))
+	w.agent = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1}, (&recPeer{}).endpoint()))
+	w.other = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 2}, (&recPeer{}).endpoint()))
+	w.user = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Role: RoleUser, Transport: "unix", UID: 1000, PID: 3}, (&recPeer{}).endpoint()))
 	return w
 }
 

@@ -18,8 +18,11 @@ import (
 	"github.com/pcp-dev/pcp/internal/store"
 )
 
-// recPeer records what the broker pushes to a session and answers calls
-// with a function. Notify can be made to block, to play a stalled reader.
+// recPeer plays a connection: it records what the broker pushes to a
+// session (as the event type or notification name, with the params the
+// JSON-RPC face would send) and answers the app channel's calls with a
+// function of the spec 000 method they would be. Event delivery can be
+// made to block, to play a stalled reader.
 type recPeer struct {
 	mu     sync.Mutex
 	notes  []string
@@ -29,7 +32,12 @@ type recPeer struct {
 	closed bool
 }
 
-func (p *recPeer) Call(ctx context.Context, method string, params, result any) error {
+// endpoint offers every role but the optional ones of Tier 1.
+func (p *recPeer) endpoint() Endpoint {
+	return Endpoint{App: p, Adapter: p, Events: p, Closer: p}
+}
+
+func (p *recPeer) do(ctx context.Context, method string, params, result any) error {
 	if p.call == nil {
 		<-ctx.Done()
 		return ctx.Err()
@@ -41,7 +49,52 @@ func (p *recPeer) Call(ctx context.Context, method string, params, result any) e
 	return json.Unmarshal(raw, result)
 }
 
-func (p *recPeer) Notify(method string, params any) error {
+func (p *recPeer) Invoke(ctx context.Context, params *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
+	var res api.CapabilityResult
+	if err := p.do(ctx, api.MethodInvokeCapability, params, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+func (p *recPeer) Ping(ctx context.Context) error { return p.do(ctx, api.MethodHealthCheck, nil, nil) }
+
+func (p *recPeer) Surface(ctx context.Context, id string) (*api.Surface, error) {
+	var out api.Surface
+	return &out, p.do(ctx, api.MethodQuerySurface, &api.QuerySurfaceParams{SurfaceID: id}, &out)
+}
+
+func (p *recPeer) Elements(ctx context.Context, q *api.QueryElementsParams) (*api.QueryElementsResult, error) {
+	var out api.QueryElementsResult
+	return &out, p.do(ctx, api.MethodQueryElements, q, &out)
+}
+
+func (p *recPeer) Action(ctx context.Context, q *api.InvokeActionParams) (*api.InvokeActionResult, error) {
+	var out api.InvokeActionResult
+	return &out, p.do(ctx, api.MethodInvokeAction, q, &out)
+}
+
+func (p *recPeer) Context(ctx context.Context) (*api.SessionContext, error) {
+	var out api.SessionContext
+	return &out, p.do(ctx, api.MethodQuerySessionContext, nil, &out)
+}
+
+func (p *recPeer) Event(subID string, ev *api.Event) error {
+	var members map[string]json.RawMessage
+	json.Unmarshal(ev.Data, &members)
+	members["subscription_id"], _ = json.Marshal(subID)
+	members["sequence"], _ = json.Marshal(ev.Sequence)
+	members["timestamp"], _ = json.Marshal(ev.Timestamp)
+	return p.note(ev.Type, members)
+}
+
+func (p *recPeer) EventsLost(m *api.EventsLost) error { return p.note(api.NotifyEventsLost, m) }
+
+func (p *recPeer) SubscriptionEnded(m *api.SubscriptionEnded) error {
+	return p.note(api.NotifySubscriptionEnded, m)
+}
+
+func (p *recPeer) note(method string, params any) error {
 	if p.block != nil {
 		<-p.block
 	}
@@ -75,7 +128,7 @@ func newBroker(t *testing.T, path, trustDir string) (*Broker, *store.Store) {
 		t.Fatal(err)
 	}
 	// Limits are tested on their own; here they would only get in the way.
-	b, err := New(ctx, Config{Store: st, TrustDir: trustDir, RateLimits: &RateLimits{}})
+	b, err := New(ctx, Config{Apps: st, Audit: st, Journal: st, Jobs: st, TrustDir: trustDir, RateLimits: &RateLimits{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +165,7 @@ func TestSignatures(t *testing.T) {
 	defer st.Close()
 	defer b.Close()
 	app := &recPeer{}
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app.endpoint()))
 
 	signed := signedManifest(t, trust, "acme", todoManifest)
 	res, err := b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: "org.example.todo", Manifest: signed})
@@ -166,11 +219,11 @@ func TestRestartKeepsManifestsAndRevocations(t *testing.T) {
 	other := signedManifest(t, trust, "acme2", replaceOnce(replaceOnce(todoManifest, "org.example.todo", "org.example.mail"), `"add"`, `"send"`))
 
 	b, st := newBroker(t, path, trust)
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	if _, err := b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: "org.example.todo", Manifest: signed}); err != nil {
 		t.Fatal(err)
 	}
-	ctx2 := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	ctx2 := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	if _, err := b.RegisterCapability(ctx2, &api.RegisterCapabilityParams{AppID: "org.example.mail", Manifest: other}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,14 +245,14 @@ func TestRestartKeepsManifestsAndRevocations(t *testing.T) {
 		t.Errorf("invoke of a not-running app: got %v, want APP_NOT_FOUND", err)
 	}
 	// Still revoked: it cannot come back until the user allows it.
-	ctx3 := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	ctx3 := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	if _, err := b.RegisterCapability(ctx3, &api.RegisterCapabilityParams{AppID: "org.example.mail", Manifest: other}); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Fatalf("revoked app re-registered after restart: %v", err)
 	}
 	if _, err := b.AllowApp(ctx3, &api.AppsAllowParams{AppID: "org.example.mail"}); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Fatalf("agent lifted a revocation: %v", err)
 	}
-	user := WithSession(context.Background(), b.OpenSession(SessionInfo{Role: RoleUser, Transport: "unix"}, &recPeer{}))
+	user := WithSession(context.Background(), b.OpenSession(SessionInfo{Role: RoleUser, Transport: "unix"}, (&recPeer{}).endpoint()))
 	if r, err := b.AllowApp(user, &api.AppsAllowParams{AppID: "org.example.mail"}); err != nil || !r.WasRevoked {
 		t.Fatalf("user allow: %+v, %v", r, err)
 	}
@@ -220,7 +273,7 @@ func TestStalledSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := New(context.Background(), Config{Store: st, SubscriberQueue: 4})
+	b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, SubscriberQueue: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +281,7 @@ func TestStalledSubscriber(t *testing.T) {
 	stalled := &recPeer{block: make(chan struct{})}
 	healthy := &recPeer{}
 	for _, p := range []*recPeer{stalled, healthy} {
-		ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, p))
+		ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, p.endpoint()))
 		if _, err := b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +348,7 @@ func TestTimeoutCancelsExecution(t *testing.T) {
 		close(cancelled)
 		return nil, ctx.Err()
 	}}
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app.endpoint()))
 	m := replaceOnce(todoManifest, `"trust_level":"auto"`, `"trust_level":"auto","timeout_ms":30`)
 	if _, err := b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: "org.example.todo", Manifest: json.RawMessage(m)}); err != nil {
 		t.Fatal(err)
@@ -323,7 +376,7 @@ func TestConcurrentInvocationsAudited(t *testing.T) {
 	app := &recPeer{call: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 		return json.RawMessage(`{"status":"success","data":{"ok":true}}`), nil
 	}}
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app.endpoint()))
 	if _, err := b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: "org.example.todo", Manifest: json.RawMessage(todoManifest)}); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +410,7 @@ func TestLiveness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &RateLimits{},
+	b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, AllowUnsigned: true, RateLimits: &RateLimits{},
 		LivenessInterval: 10 * time.Millisecond, LivenessTimeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -378,9 +431,9 @@ func TestLiveness(t *testing.T) {
 		}
 		return json.RawMessage(`{"status":"success"}`), nil
 	}}
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, app.endpoint()))
 	watcher := &recPeer{}
-	wctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, watcher))
+	wctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, watcher.endpoint()))
 	if _, err := b.Subscribe(wctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAppUnresponsive, api.EventAppResponsive}}); err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +470,7 @@ func TestSubscriptionsPerConnectionBounded(t *testing.T) {
 	b, st := newBroker(t, "", "")
 	defer st.Close()
 	defer b.Close()
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	for i := range maxSubscriptionsPerSession {
 		if _, err := b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
 			t.Fatalf("subscription %d: %v", i, err)
@@ -426,7 +479,7 @@ func TestSubscriptionsPerConnectionBounded(t *testing.T) {
 	if _, err := b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); !errors.Is(err, api.ErrRateLimited) {
 		t.Errorf("one too many: got %v, want RATE_LIMITED", err)
 	}
-	other := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	other := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	if _, err := b.Subscribe(other, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
 		t.Errorf("another connection: %v", err)
 	}
@@ -436,7 +489,7 @@ func TestAdaptersPerConnectionBounded(t *testing.T) {
 	b, st := newBroker(t, "", "")
 	defer st.Close()
 	defer b.Close()
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	for i := range maxAdaptersPerSession {
 		if _, err := b.RegisterAdapter(ctx, &api.RegisterAdapterParams{SurfaceType: "x11", AdapterID: fmt.Sprintf("a%d", i), SupportedTiers: []int{2}}); err != nil {
 			t.Fatalf("adapter %d: %v", i, err)

@@ -160,6 +160,12 @@ type validatingPeer struct {
 	calls *calls
 }
 
+func (p *validatingPeer) endpoint() Endpoint {
+	ep := p.recPeer.endpoint()
+	ep.Validate = p
+	return ep
+}
+
 func (p *validatingPeer) ValidateParams(ctx context.Context, capabilityID string, params json.RawMessage) error {
 	p.calls.add("ValidateParams " + capabilityID)
 	return api.InvalidParam("params.to", "no such address")
@@ -182,23 +188,30 @@ func newDispatchWorld(t *testing.T, rl RateLimits) *dispatchWorld {
 	}
 	t.Cleanup(func() { st.Close() })
 	w := &dispatchWorld{clk: testkit.NewClock(time.Unix(1700000000, 0)), calls: &calls{}}
-	w.b, err = New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &rl, LivenessInterval: -1,
+	w.b, err = New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, AllowUnsigned: true, RateLimits: &rl, LivenessInterval: -1,
 		Now: w.clk.Now, AfterFunc: w.clk.AfterFunc, ConfirmationTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.b.Close)
-	w.agent = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1}, &recPeer{}))
-	w.user = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Role: RoleUser, Transport: "unix", UID: 1000, PID: 2}, &recPeer{}))
+	w.agent = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1}, (&recPeer{}).endpoint()))
+	w.user = WithSession(context.Background(), w.b.OpenSession(SessionInfo{Role: RoleUser, Transport: "unix", UID: 1000, PID: 2}, (&recPeer{}).endpoint()))
 	return w
 }
 
+// testPeer is a connection a test plays.
+type testPeer interface{ endpoint() Endpoint }
+
 // register registers a manifest for appID. A nil peer registers it
 // without serving it: the app is known but has no native channel.
-func (w *dispatchWorld) register(t *testing.T, appID, manifest string, peer Peer) {
+func (w *dispatchWorld) register(t *testing.T, appID, manifest string, peer testPeer) {
 	t.Helper()
 	serve := peer != nil
-	ctx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix"}, peer))
+	var ep Endpoint
+	if serve {
+		ep = peer.endpoint()
+	}
+	ctx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix"}, ep))
 	if _, err := w.b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: appID, Manifest: json.RawMessage(manifest), Serve: &serve}); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +311,7 @@ func TestDispatchPlatformDomain(t *testing.T) {
 	}
 	w.wantRoute(t, "")
 	for _, id := range []string{"system.x", "compositor.x", "system.audio"} {
-		ctx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+		ctx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 		_, err := w.b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: id, Manifest: json.RawMessage(`{"version":"1.0","capabilities":[{"name":"mute","tier":1,"trust_level":"auto"}],"signature":""}`)})
 		if !errors.Is(err, api.ErrPermissionDenied) {
 			t.Errorf("register %s: got %v, want PERMISSION_DENIED", id, err)

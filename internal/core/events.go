@@ -11,11 +11,29 @@ import (
 	"github.com/pcp-dev/pcp/api"
 )
 
+// EventSink delivers a session's subscribed events to its connection
+// (Endpoint.Events); each face encodes them in its own wire format. One
+// subscription's calls come from its own goroutine, in order; the calls
+// of a session's different subscriptions may be concurrent. A call may
+// block while the peer is slow, which holds up that subscription alone;
+// an error (the connection is gone) ends its delivery.
+type EventSink interface {
+	// Event delivers ev to subscription subID. ev is shared by every
+	// subscriber: read it, never modify it. ev.Data is the event's own
+	// members as one JSON object.
+	Event(subID string, ev *api.Event) error
+	// EventsLost reports events dropped since the last delivery because
+	// the subscription's queue was full.
+	EventsLost(m *api.EventsLost) error
+	// SubscriptionEnded reports that the daemon ended the subscription.
+	SubscriptionEnded(m *api.SubscriptionEnded) error
+}
+
 // subscription delivers matching events to one session. Publishers never
 // block on it: events go into a bounded queue, and when the queue is full
 // they are counted as lost. A pump goroutine, owned by the subscription,
-// drains the queue into the peer and reports losses with events.lost
-// before the next event it delivers.
+// drains the queue into the session's EventSink and reports losses with
+// EventsLost before the next event it delivers.
 type subscription struct {
 	id        string
 	sess      *Session
@@ -24,19 +42,12 @@ type subscription struct {
 	appID     string
 	surfaceID string
 
-	queue    chan *published
+	queue    chan *api.Event
 	lost     atomic.Int64
 	stopOnce sync.Once
 	quit     chan struct{}
 	// endReason, when set before stop, is sent as subscription.ended.
 	endReason string
-}
-
-type published struct {
-	ev api.Event
-	// tail is the event data object without its opening brace, ready to
-	// be spliced after the per-subscription members.
-	tail []byte
 }
 
 func (s *subscription) matches(ev *api.Event) bool {
@@ -52,9 +63,9 @@ func (s *subscription) matches(ev *api.Event) bool {
 	return true
 }
 
-func (s *subscription) offer(p *published) {
+func (s *subscription) offer(ev *api.Event) {
 	select {
-	case s.queue <- p:
+	case s.queue <- ev:
 	default:
 		s.lost.Add(1)
 	}
@@ -76,11 +87,11 @@ func (s *subscription) pump(now func() int64) {
 		case <-s.quit:
 			if s.endReason != "" {
 				s.drain()
-				s.sess.peer.Notify(api.NotifySubscriptionEnded, &api.SubscriptionEnded{SubscriptionID: s.id, Reason: s.endReason, Timestamp: now()})
+				s.sess.ep.Events.SubscriptionEnded(&api.SubscriptionEnded{SubscriptionID: s.id, Reason: s.endReason, Timestamp: now()})
 			}
 			return
-		case p := <-s.queue:
-			if s.deliver(p) != nil {
+		case ev := <-s.queue:
+			if s.deliver(ev) != nil {
 				return
 			}
 		}
@@ -91,8 +102,8 @@ func (s *subscription) pump(now func() int64) {
 func (s *subscription) drain() {
 	for {
 		select {
-		case p := <-s.queue:
-			if s.deliver(p) != nil {
+		case ev := <-s.queue:
+			if s.deliver(ev) != nil {
 				return
 			}
 		default:
@@ -103,29 +114,13 @@ func (s *subscription) drain() {
 
 // deliver sends one event, preceded by events.lost if events were dropped
 // since the last delivery.
-func (s *subscription) deliver(p *published) error {
+func (s *subscription) deliver(ev *api.Event) error {
 	if n := s.lost.Swap(0); n > 0 {
-		if err := s.sess.peer.Notify(api.NotifyEventsLost, &api.EventsLost{SubscriptionID: s.id, Lost: n, Timestamp: p.ev.Timestamp}); err != nil {
+		if err := s.sess.ep.Events.EventsLost(&api.EventsLost{SubscriptionID: s.id, Lost: n, Timestamp: ev.Timestamp}); err != nil {
 			return err
 		}
 	}
-	return s.sess.peer.Notify(p.ev.Type, json.RawMessage(s.params(p)))
-}
-
-// params builds the notification params: subscription_id, sequence and
-// timestamp, then the event's own members.
-func (s *subscription) params(p *published) []byte {
-	buf := make([]byte, 0, len(p.tail)+96)
-	buf = append(buf, `{"subscription_id":`...)
-	buf = strconv.AppendQuote(buf, s.id)
-	buf = append(buf, `,"sequence":`...)
-	buf = strconv.AppendInt(buf, p.ev.Sequence, 10)
-	buf = append(buf, `,"timestamp":`...)
-	buf = strconv.AppendInt(buf, p.ev.Timestamp, 10)
-	if len(p.tail) > 1 { // more than the closing brace
-		buf = append(buf, ',')
-	}
-	return append(buf, p.tail...)
+	return s.sess.ep.Events.Event(s.id, ev)
 }
 
 // maxSubscriptionsPerSession bounds one connection's subscriptions (each
@@ -136,7 +131,7 @@ const maxSubscriptionsPerSession = 64
 // scoped to an app or a surface, to the calling session.
 func (b *Broker) Subscribe(ctx context.Context, p *api.SubscribeEventsParams) (*api.SubscribeEventsResult, error) {
 	sess := SessionFrom(ctx)
-	if sess == nil || sess.peer == nil {
+	if sess == nil || sess.ep.Events == nil {
 		return nil, api.Errorf(api.CodeInvalidRequest, nil, "subscriptions need a connection to deliver events on")
 	}
 	if p.EventTypes == nil {
@@ -146,7 +141,7 @@ func (b *Broker) Subscribe(ctx context.Context, p *api.SubscribeEventsParams) (*
 		return nil, api.InvalidParam("event_types", "must name at least one event type")
 	}
 	sub := &subscription{sess: sess, types: map[string]bool{}, appID: p.AppID, surfaceID: p.SurfaceID,
-		queue: make(chan *published, b.cfg.SubscriberQueue), quit: make(chan struct{})}
+		queue: make(chan *api.Event, b.cfg.SubscriberQueue), quit: make(chan struct{})}
 	for i, t := range p.EventTypes {
 		switch {
 		case t == api.EventAll:
@@ -227,17 +222,17 @@ func (b *Broker) publish(eventType, appID, surfaceID string, data any) {
 		b.log.Error("event data is not an object; dropped", "type", eventType, "err", err)
 		return
 	}
-	p := &published{tail: raw[1:]}
+	// One event value, encoded once, is shared by every subscriber.
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	b.evMu.Lock()
 	defer b.evMu.Unlock()
 	b.evSeq++
-	p.ev = api.Event{Sequence: b.evSeq, Type: eventType, Timestamp: b.now().Unix(), AppID: appID, SurfaceID: surfaceID, Data: raw}
-	b.store.AppendEvent(p.ev)
+	ev := &api.Event{Sequence: b.evSeq, Type: eventType, Timestamp: b.now().Unix(), AppID: appID, SurfaceID: surfaceID, Data: raw}
+	b.store.AppendEvent(*ev)
 	for _, s := range b.subs {
-		if s.matches(&p.ev) {
-			s.offer(p)
+		if s.matches(ev) {
+			s.offer(ev)
 		}
 	}
 }

@@ -387,7 +387,7 @@ func firstByte(b []byte) byte {
 }
 
 // sessionProvider invokes capabilities of an app that serves them on its
-// own connection: the daemon sends invoke.capability to the app.
+// own connection, through the connection's app channel.
 type sessionProvider struct{ s *Session }
 
 func (sp sessionProvider) Invoke(ctx context.Context, c *api.Capability, source api.InvocationSource, params json.RawMessage) (*api.CapabilityResult, error) {
@@ -395,14 +395,9 @@ func (sp sessionProvider) Invoke(ctx context.Context, c *api.Capability, source 
 		return nil, api.Errorf(api.CodeAppUnresponsive, map[string]any{"app_id": c.AppID, "reason": "no answer to liveness checks"},
 			"app %s is not answering", c.AppID)
 	}
-	var res api.CapabilityResult
-	err := sp.s.peer.Call(ctx, api.MethodInvokeCapability, &api.InvokeCapabilityParams{
+	return sp.s.ep.App.Invoke(ctx, &api.InvokeCapabilityParams{
 		CapabilityID: c.ID, AppID: c.AppID, Source: source, Params: params,
-	}, &res)
-	if err != nil {
-		return nil, err
-	}
-	return &res, nil
+	})
 }
 
 // invokedEvent is the data of capability.invoked; a struct rather than a

@@ -8,7 +8,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
-	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/stored"
 )
 
 // A job is an approved invocation with an undo window: it is queued,
@@ -20,7 +20,7 @@ import (
 // jobs and their fields are guarded by Broker.jobMu; the store copy is
 // written before each state is announced.
 type job struct {
-	rec  store.Job
+	rec  stored.Job
 	stop func() bool // cancels the timer of a queued job
 }
 
@@ -43,7 +43,7 @@ func (b *Broker) recoverJobs(ctx context.Context) error {
 func (b *Broker) deferJob(ctx context.Context, p *api.InvokeCapabilityParams, c *api.Capability) (*api.CapabilityResult, error) {
 	now := b.now()
 	window := time.Duration(c.UndoWindowMS) * time.Millisecond
-	j := &job{rec: store.Job{
+	j := &job{rec: stored.Job{
 		ID: b.newID("job"), CapabilityID: c.ID, AppID: c.AppID, Source: string(p.Source),
 		Actor: SessionFrom(ctx).Actor(), Params: p.Params, State: api.JobQueued,
 		RunAt: now.Add(window), CreatedAt: now, UpdatedAt: now,
@@ -124,14 +124,14 @@ func jsonOf(v any) json.RawMessage {
 	return b
 }
 
-func (b *Broker) saveJob(ctx context.Context, j store.Job) {
+func (b *Broker) saveJob(ctx context.Context, j stored.Job) {
 	if err := b.store.SaveJob(context.WithoutCancel(ctx), j); err != nil {
 		b.log.Error("saving job", "job_id", j.ID, "state", j.State, "err", err)
 	}
 }
 
 // jobChanged audits and publishes a job's new state.
-func (b *Broker) jobChanged(ctx context.Context, j store.Job, actor string) {
+func (b *Broker) jobChanged(ctx context.Context, j stored.Job, actor string) {
 	if actor == "" {
 		actor = j.Actor
 	}
@@ -145,7 +145,7 @@ func (b *Broker) jobChanged(ctx context.Context, j store.Job, actor string) {
 	b.publish(ev, j.AppID, "", jobView(j))
 }
 
-func jobView(j store.Job) api.Job {
+func jobView(j stored.Job) api.Job {
 	return api.Job{
 		JobID: j.ID, CapabilityID: j.CapabilityID, AppID: j.AppID, State: j.State,
 		RunAt: j.RunAt.UTC().Format(timeFormat), CreatedAt: j.CreatedAt.UTC().Format(timeFormat), UpdatedAt: j.UpdatedAt.UTC().Format(timeFormat),

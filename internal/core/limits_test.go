@@ -21,7 +21,7 @@ func limitedBroker(t *testing.T, rl RateLimits) (*Broker, *testkit.Clock) {
 	}
 	t.Cleanup(func() { st.Close() })
 	clk := testkit.NewClock(time.Unix(1700000000, 0))
-	b, err := New(context.Background(), Config{Store: st, AllowUnsigned: true, RateLimits: &rl, Now: clk.Now})
+	b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, AllowUnsigned: true, RateLimits: &rl, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func limitedBroker(t *testing.T, rl RateLimits) (*Broker, *testkit.Clock) {
 		peer := &recPeer{call: func(ctx context.Context, method string, params any) (json.RawMessage, error) {
 			return json.RawMessage(`{"status":"success"}`), nil
 		}}
-		ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, peer))
+		ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, peer.endpoint()))
 		m := `{"version":"1.0","capabilities":[{"name":"go","tier":1,"trust_level":"auto"}],"signature":""}`
 		if _, err := b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: app, Manifest: json.RawMessage(m)}); err != nil {
 			t.Fatal(err)
@@ -46,7 +46,7 @@ func invokeGo(ctx context.Context, b *Broker, app string) error {
 
 func TestPerAppLimitLeavesOthersAlone(t *testing.T) {
 	b, clk := limitedBroker(t, RateLimits{PerApp: 10, PerAppBurst: 5})
-	agent := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	agent := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	for i := range 5 {
 		if err := invokeGo(agent, b, "org.example.a"); err != nil {
 			t.Fatalf("invocation %d within the burst: %v", i, err)
@@ -73,8 +73,8 @@ func TestPerAppLimitLeavesOthersAlone(t *testing.T) {
 
 func TestPerConnectionLimitLeavesOtherConnectionsAlone(t *testing.T) {
 	b, _ := limitedBroker(t, RateLimits{PerConnection: 1, PerConnectionBurst: 3})
-	flood := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
-	calm := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	flood := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
+	calm := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	var limited int
 	for range 50 {
 		if err := invokeGo(flood, b, "org.example.a"); errors.Is(err, api.ErrRateLimited) {
@@ -98,7 +98,7 @@ func TestPerConnectionLimitLeavesOtherConnectionsAlone(t *testing.T) {
 // the rejections it stands for.
 func TestRejectionsDoNotFloodTheAudit(t *testing.T) {
 	b, clk := limitedBroker(t, RateLimits{PerConnection: 1, PerConnectionBurst: 1})
-	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, &recPeer{}))
+	ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix"}, (&recPeer{}).endpoint()))
 	before, _ := b.AuditVerify(context.Background())
 	for range 1000 {
 		invokeGo(ctx, b, "org.example.a")

@@ -10,7 +10,7 @@ import (
 	"github.com/pcp-dev/pcp/internal/audit"
 )
 
-// Liveness defaults: a connection serving an app is asked health.check
+// Liveness defaults: a connection serving an app is pinged (AppChannel.Ping)
 // every DefaultLivenessInterval and must answer within
 // DefaultLivenessTimeout. Any answer counts, an error included: it shows
 // the app is reading and writing.
@@ -22,7 +22,7 @@ const (
 // watchLiveness starts the session's liveness loop once; it runs until
 // the session closes.
 func (s *Session) watchLiveness() {
-	if s.b.cfg.LivenessInterval < 0 || s.peer == nil {
+	if s.b.cfg.LivenessInterval < 0 || s.ep.App == nil {
 		return
 	}
 	s.liveness.Do(func() { go s.livenessLoop() })
@@ -38,7 +38,7 @@ func (s *Session) livenessLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.b.cfg.LivenessTimeout)
-		err := s.peer.Call(ctx, api.MethodHealthCheck, nil, nil)
+		err := s.ep.App.Ping(ctx)
 		timedOut := ctx.Err() == context.DeadlineExceeded
 		cancel()
 		switch {
@@ -65,13 +65,13 @@ func (b *Broker) livenessChanged(s *Session, responsive bool) {
 		apps = append(apps, id)
 	}
 	s.mu.Unlock()
-	ev, outcome := api.EventAppUnresponsive, "unresponsive"
+	ev, outcome := api.EventAppUnresponsive, api.AuditUnresponsive
 	if responsive {
-		ev, outcome = api.EventAppResponsive, "responsive"
+		ev, outcome = api.EventAppResponsive, api.AuditResponsive
 	}
 	for _, id := range apps {
 		b.log.Warn("app liveness changed", "app_id", id, "state", outcome)
-		b.audit(context.Background(), audit.Record{Kind: "liveness", Actor: s.Actor(), AppID: id, Outcome: outcome})
+		b.audit(context.Background(), audit.Record{Kind: api.AuditLiveness, Actor: s.Actor(), AppID: id, Outcome: outcome})
 		b.publish(ev, id, "", map[string]any{"app_id": id})
 	}
 }

@@ -7,10 +7,24 @@ import (
 	"github.com/pcp-dev/pcp/api"
 )
 
-// Optional parts of the PcpServer contract (spec 001) that a Peer may
-// implement. A connection on a Tier 1 per-app socket implements all of
-// them; a JSON-RPC connection serving an app implements none, and the
-// broker does without.
+// AppChannel is how the core reaches an app that serves its capabilities
+// on its own connection (Endpoint.App): a JSON-RPC connection that called
+// register.capability, or a Tier 1 per-app socket. Methods may be called
+// concurrently.
+type AppChannel interface {
+	// Invoke runs one of the app's capabilities.
+	Invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error)
+	// Ping asks the app to answer, for the liveness checks. It returns
+	// when the app answers (nil, or the error it answered with: either
+	// shows it is alive), when ctx ends (ctx's error), or with an error
+	// wrapping net.ErrClosed when the connection is gone.
+	Ping(ctx context.Context) error
+}
+
+// Optional parts of the PcpServer contract (spec 001) that a connection
+// serving an app may offer, each in its own Endpoint field. A connection
+// on a Tier 1 per-app socket offers all of them; a JSON-RPC connection
+// only Shutdown, and the broker does without the others.
 
 // ParamsValidator asks the app whether params suit a capability without
 // running it (ValidateParamsMsg). A nil error means valid.
@@ -24,8 +38,9 @@ type StateQuerier interface {
 	QueryState(ctx context.Context, keys []string) (json.RawMessage, error)
 }
 
-// Shutdowner tells the app to shut down, saying why (AppShutdown), and
-// closes the connection. The broker uses it when the user revokes the app.
+// Shutdowner tells the app to shut down, saying why where the wire can
+// (AppShutdown), and ends the connection. The broker uses it when the
+// user revokes the app.
 type Shutdowner interface {
 	Shutdown(reason string) error
 }
@@ -38,8 +53,8 @@ func validateNative(ctx context.Context, provider Provider, c *api.Capability, p
 	if !ok {
 		return nil
 	}
-	v, ok := sp.s.peer.(ParamsValidator)
-	if !ok {
+	v := sp.s.ep.Validate
+	if v == nil {
 		return nil
 	}
 	vctx, cancel := context.WithTimeout(ctx, AdapterTimeout)

@@ -64,10 +64,10 @@ func (b *Broker) ReloadPolicy(ctx context.Context) (*api.PolicyView, error) {
 	}
 	path := b.pol.Load().Path()
 	p, err := policy.Load(path)
-	rec := audit.Record{Kind: "policy", Actor: SessionFrom(ctx).Actor(), Outcome: "loaded", Detail: detailJSON(map[string]any{"path": path})}
+	rec := audit.Record{Kind: api.AuditPolicy, Actor: SessionFrom(ctx).Actor(), Outcome: api.AuditPolicyLoaded, Detail: detailOf(&api.AuditPolicyDetail{Path: path})}
 	if err != nil {
-		rec.Outcome = "load_failed"
-		rec.Detail = detailJSON(map[string]any{"path": path, "error": err.Error()})
+		rec.Outcome = api.AuditPolicyLoadFailed
+		rec.Detail = detailOf(&api.AuditPolicyDetail{Path: path, Error: err.Error()})
 		b.audit(ctx, rec)
 		data := map[string]any{"field": "policy", "path": path}
 		var pe *policy.Error

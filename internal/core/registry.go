@@ -10,7 +10,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
 	"github.com/pcp-dev/pcp/internal/manifest"
-	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/stored"
 )
 
 // ReservedPrefix is the app-id namespace of the daemon's own services.
@@ -121,7 +121,7 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 		return fail(err)
 	}
 	serve := p.Serve == nil || *p.Serve
-	if sess == nil || sess.peer == nil {
+	if sess == nil || sess.ep.App == nil {
 		serve = false
 	}
 
@@ -139,7 +139,7 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 	}
 	b.mu.Unlock()
 
-	if err := b.store.SaveApp(ctx, store.AppRecord{AppID: p.AppID, Manifest: p.Manifest, Publisher: publisher, Signed: signed, UpdatedAt: b.now()}); err != nil {
+	if err := b.store.SaveApp(ctx, stored.App{AppID: p.AppID, Manifest: p.Manifest, Publisher: publisher, Signed: signed, UpdatedAt: b.now()}); err != nil {
 		return fail(&api.Error{Code: api.CodeInternalError, Message: "saving manifest: " + err.Error()})
 	}
 	a := &appEntry{id: p.AppID, manifest: m, raw: p.Manifest, publisher: publisher, signed: signed}
@@ -293,7 +293,7 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 
 	b.limits.forget(p.AppID)
 	b.mu.Lock()
-	b.revoked[p.AppID] = store.Revocation{AppID: p.AppID, Reason: p.Reason, RevokedAt: at}
+	b.revoked[p.AppID] = stored.Revocation{AppID: p.AppID, Reason: p.Reason, RevokedAt: at}
 	var capIDs []string
 	owners := map[*Session]bool{}
 	if a := b.apps[p.AppID]; a != nil {

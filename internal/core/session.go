@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -30,16 +31,32 @@ func (r Role) String() string {
 	return "agent"
 }
 
-// Peer is the connection behind a session as the core uses it: to call
-// an app or adapter that the connection serves, and to push events.
-// Implementations must allow concurrent calls.
-type Peer interface {
-	// Call sends a request to the peer and decodes its answer.
-	Call(ctx context.Context, method string, params, result any) error
-	// Notify sends a notification; it may block while the peer is slow.
-	Notify(method string, params any) error
-	// Close ends the connection.
-	Close() error
+// Endpoint is what the connection behind a session offers the core,
+// declared when the session opens: one typed role per field, nil for a
+// role the connection does not offer. Each face implements the roles in
+// its own wire format; the core never sees a method name or a JSON-RPC
+// message. Every role's methods may be called concurrently.
+type Endpoint struct {
+	// App serves the capabilities of the apps the connection registers
+	// (register.capability). Nil: registering serves nothing, as with
+	// serve: false.
+	App AppChannel
+	// Validate and State are optional parts of spec 001's PcpServer
+	// contract that an app's channel may offer (a Tier 1 socket does).
+	Validate ParamsValidator
+	State    StateQuerier
+	// Shutdown tells the app to go, saying why, and ends the connection
+	// (revocation). Nil: the session is closed.
+	Shutdown Shutdowner
+	// Adapter answers the adapter queries once the connection calls
+	// register.adapter. Nil: register.adapter is refused.
+	Adapter Adapter
+	// Events delivers the session's subscriptions. Nil: subscribe.events
+	// is refused.
+	Events EventSink
+	// Closer ends the connection when the core closes the session. Nil:
+	// there is nothing to close (an in-process session).
+	Closer io.Closer
 }
 
 // SessionInfo describes a connection, read when it was accepted.
@@ -61,7 +78,7 @@ type Session struct {
 	ID   string
 	Info SessionInfo
 	b    *Broker
-	peer Peer
+	ep   Endpoint
 	// limiter bounds the session's invocations; nil when unlimited.
 	// Guarded by mu (a policy reload replaces it).
 	limiter *rate.Limiter
@@ -107,9 +124,10 @@ func (s *Session) MarkAuthenticated() {
 	s.mu.Unlock()
 }
 
-// OpenSession registers a connection. Close it when the connection ends.
-func (b *Broker) OpenSession(info SessionInfo, peer Peer) *Session {
-	s := &Session{ID: b.newID("sess"), Info: info, b: b, peer: peer, apps: map[string]bool{}, adapters: map[string]bool{},
+// OpenSession registers a connection and the roles it offers. Close it
+// when the connection ends.
+func (b *Broker) OpenSession(info SessionInfo, ep Endpoint) *Session {
+	s := &Session{ID: b.newID("sess"), Info: info, b: b, ep: ep, apps: map[string]bool{}, adapters: map[string]bool{},
 		limiter: b.limits.connectionLimiter(), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.closed {
@@ -118,8 +136,8 @@ func (b *Broker) OpenSession(info SessionInfo, peer Peer) *Session {
 		b.sessions[s.ID] = s
 	}
 	b.mu.Unlock()
-	if s.closed && peer != nil {
-		peer.Close()
+	if s.closed && ep.Closer != nil {
+		ep.Closer.Close()
 	}
 	return s
 }
@@ -137,30 +155,21 @@ func (s *Session) Close() {
 	s.mu.Unlock()
 	close(s.done)
 	s.b.closeSession(s)
-	if s.peer != nil {
-		s.peer.Close()
+	if s.ep.Closer != nil {
+		s.ep.Closer.Close()
 	}
-}
-
-// closeGracefully ends the session's connection after the requests it
-// has in flight are answered (the caller's own reply included).
-func (s *Session) closeGracefully() {
-	if g, ok := s.peer.(interface{ CloseWhenIdle() }); ok {
-		g.CloseWhenIdle()
-		return
-	}
-	s.Close()
 }
 
 // shutdown tells the app behind the session to shut down, saying why,
-// where its transport can (a Tier 1 socket's AppShutdown); otherwise it
-// closes the connection gracefully.
+// where its connection offers that (a Tier 1 socket's AppShutdown, a
+// JSON-RPC connection closing once its requests are answered); otherwise
+// it closes the session.
 func (s *Session) shutdown(reason string) {
-	if sd, ok := s.peer.(Shutdowner); ok {
-		sd.Shutdown(reason)
+	if s.ep.Shutdown != nil {
+		s.ep.Shutdown.Shutdown(reason)
 		return
 	}
-	s.closeGracefully()
+	s.Close()
 }
 
 func (b *Broker) closeSession(s *Session) {

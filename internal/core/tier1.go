@@ -11,7 +11,7 @@ import (
 
 // AppSocketOpener opens Tier 1 per-app sockets (spec 001). The daemon
 // provides it; a connection accepted on an app's socket becomes a Session
-// whose Peer speaks the PcpServer contract.
+// whose Endpoint speaks the PcpServer contract.
 type AppSocketOpener interface {
 	// OpenAppSocket returns the path of appID's socket, opening it if
 	// it is not open yet.
@@ -27,7 +27,7 @@ func (b *Broker) SetAppSockets(o AppSocketOpener) {
 }
 
 // AppSocket answers apps.socket: it checks the app's signed manifest as
-// register.app does, without registering anything, and returns the path
+// register.capability does, without registering anything, and returns the path
 // of the app's per-app socket. The app registers by serving the manifest
 // again on that socket, where the broker asks for it with GetManifest.
 func (b *Broker) AppSocket(ctx context.Context, p *api.AppsSocketParams) (*api.AppsSocketResult, error) {
@@ -50,7 +50,7 @@ func (b *Broker) AppSocket(ctx context.Context, p *api.AppsSocketParams) (*api.A
 	}
 	if o == nil {
 		return nil, api.Errorf(api.CodeActionNotSupported, map[string]any{"app_id": p.AppID},
-			"this daemon offers no Tier 1 per-app sockets; register with register.app instead")
+			"this daemon offers no Tier 1 per-app sockets; register with register.capability instead")
 	}
 	path, err := o.OpenAppSocket(p.AppID)
 	if err != nil {
@@ -62,7 +62,7 @@ func (b *Broker) AppSocket(ctx context.Context, p *api.AppsSocketParams) (*api.A
 // checkManifest validates an app's id and manifest and verifies its
 // signature against the trust dir, or accepts it unsigned when the daemon
 // allows that. It returns the parsed manifest, whether it was signed and
-// by whom. register.app and apps.socket share it.
+// by whom. register.capability and apps.socket share it.
 func (b *Broker) checkManifest(appID string, raw json.RawMessage) (m *api.Manifest, signed bool, publisher string, err error) {
 	if err := manifest.ValidateAppID(appID); err != nil {
 		return nil, false, "", err
@@ -108,8 +108,8 @@ func (b *Broker) AppState(ctx context.Context, p *api.AppsStateParams) (*api.App
 	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
 		return nil, err
 	}
-	q, ok := owner.peer.(StateQuerier)
-	if !ok {
+	q := owner.ep.State
+	if q == nil {
 		return nil, api.Errorf(api.CodeActionNotSupported, map[string]any{"app_id": p.AppID},
 			"app %s does not report its state: it is not served on a Tier 1 socket", p.AppID)
 	}

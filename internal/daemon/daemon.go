@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if pol.Loaded() {
 		log.Info("policy loaded", "path", cfg.PolicyFile)
 	}
-	b, err := core.New(ctx, core.Config{Store: st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
+	b, err := core.New(ctx, core.Config{Apps: st, Audit: st, Journal: st, Jobs: st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config) error {
 				case <-cfg.Reload:
 				}
 				// The signal acts as the user: only they can send it.
-				s := b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, nil)
+				s := b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, core.Endpoint{})
 				_, err := b.ReloadPolicy(core.WithSession(ctx, s))
 				s.Close()
 				if err != nil {

@@ -173,30 +173,12 @@ func (d *Driver) call(ctx context.Context, method string, params, result any) er
 	return &callError{method, err}
 }
 
-// readOnlyMethods are the daemon methods that change nothing: the only
-// ones the query op calls as raw operations, and the only ones Redial
-// retries. Sorted.
-var readOnlyMethods = []string{
-	api.MethodAppsList,
-	api.MethodAppsState,
-	api.MethodAuditTail,
-	api.MethodAuditVerify,
-	api.MethodConfirmList,
-	api.MethodEventsHistory,
-	api.MethodHealthCheck,
-	api.MethodJobsList,
-	api.MethodPolicyShow,
-	api.MethodQueryCapabilities,
-	api.MethodQueryElements,
-	api.MethodQuerySessionContext,
-	api.MethodQuerySurface,
-}
+// readOnlyMethods are the daemon methods that change nothing (as
+// api.Methods marks them): the only ones the query op calls as raw
+// operations, and the only ones Redial retries. Sorted.
+var readOnlyMethods = api.ReadOnlyMethods()
 
 func readOnly(method string) bool {
-	for _, m := range readOnlyMethods {
-		if m == method {
-			return true
-		}
-	}
-	return false
+	m, ok := api.LookupMethod(method)
+	return ok && m.ReadOnly
 }

@@ -90,7 +90,7 @@ func executionItem(x Execution) JobItem {
 // succeeded are the outcomes of an execution that are not failures;
 // CONFIRMATION_REQUIRED is the user's to decide, reported as the pending
 // confirmation itself.
-var succeeded = []string{api.StatusSuccess, api.StatusPartial, api.StatusDeferred, "CONFIRMATION_REQUIRED"}
+var succeeded = []string{api.StatusSuccess, api.StatusPartial, api.StatusDeferred, api.CodeConfirmationRequired.Name()}
 
 // notificationsOp is the notifications feed: pending confirmations
 // (warning), then failed executions and jobs (error), newest first, then
@@ -131,26 +131,20 @@ func (d *Driver) notificationsOp(ctx context.Context, _ *Request) (any, error) {
 		if failures == maxFailures {
 			break
 		}
-		var body string
-		var detail struct {
-			Error  string `json:"error"`
-			Reason string `json:"reason"`
-			JobID  string `json:"job_id"`
-		}
-		json.Unmarshal(e.Detail, &detail)
+		var body, title string
 		switch {
-		case slices.Contains(executionKinds, e.Kind) && e.Kind != "invoke_admin" && !slices.Contains(succeeded, e.Outcome):
-			body = detail.Error
-		case e.Kind == "job" && e.Outcome == api.JobFailed:
-			body = detail.Reason
+		case slices.Contains(executionKinds, e.Kind) && e.Kind != api.AuditInvokeAdmin && !slices.Contains(succeeded, e.Outcome):
+			var d api.AuditInvokeDetail // an action's detail has no error
+			json.Unmarshal(e.Detail, &d)
+			body, title = d.Error, fmt.Sprintf("%s failed: %s", e.CapabilityID, e.Outcome)
+		case e.Kind == api.AuditJob && e.Outcome == api.JobFailed:
+			var d api.AuditJobDetail
+			json.Unmarshal(e.Detail, &d)
+			body, title = d.Reason, fmt.Sprintf("Job %s of %s failed", d.JobID, e.CapabilityID)
 		default:
 			continue
 		}
 		failures++
-		title := fmt.Sprintf("%s failed: %s", e.CapabilityID, e.Outcome)
-		if e.Kind == "job" {
-			title = fmt.Sprintf("Job %s of %s failed", detail.JobID, e.CapabilityID)
-		}
 		items = append(items, NotificationItem{
 			ID: "audit-" + itoa(e.Seq), Title: title, Body: body, Severity: "error", Route: routeAudit, CreatedAt: e.Time,
 			Extra: extras(map[string]any{"kind": "failure", "seq": e.Seq, "app_id": e.AppID, "capability_id": e.CapabilityID,

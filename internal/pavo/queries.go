@@ -440,7 +440,7 @@ type Execution struct {
 }
 
 // executionKinds are the audit kinds that record an execution.
-var executionKinds = []string{"action", "invoke", "invoke_admin"}
+var executionKinds = []string{api.AuditAction, api.AuditInvoke, api.AuditInvokeAdmin}
 
 // executions picks the newest limit executions from entries (newest
 // first).

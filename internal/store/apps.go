@@ -7,32 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/pcp-dev/pcp/internal/stored"
 )
-
-// AppRecord is a registered app as persisted.
-type AppRecord struct {
-	AppID string
-	// Manifest is the manifest as registered (JSON).
-	Manifest  json.RawMessage
-	Publisher string
-	Signed    bool
-	// UpdatedAt is when the record was last saved; SaveApp sets a zero
-	// value to the current time.
-	UpdatedAt time.Time
-}
-
-// Revocation records that an app may not register or be invoked.
-type Revocation struct {
-	AppID     string
-	Reason    string
-	RevokedAt time.Time
-}
 
 var errNoAppID = errors.New("store: empty app id")
 
 // SaveApp inserts or replaces the app's record and returns once that is
 // committed.
-func (s *Store) SaveApp(ctx context.Context, a AppRecord) error {
+func (s *Store) SaveApp(ctx context.Context, a stored.App) error {
 	if a.AppID == "" {
 		return errNoAppID
 	}
@@ -70,16 +53,16 @@ func (s *Store) DeleteApp(ctx context.Context, appID string) error {
 }
 
 // LoadApps returns every saved app, ordered by app id.
-func (s *Store) LoadApps(ctx context.Context) ([]AppRecord, error) {
+func (s *Store) LoadApps(ctx context.Context) ([]stored.App, error) {
 	rows, err := s.rdb.QueryContext(ctx,
 		`SELECT app_id, manifest, publisher, signed, updated_at FROM apps ORDER BY app_id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: loading apps: %w", err)
 	}
 	defer rows.Close()
-	var out []AppRecord
+	var out []stored.App
 	for rows.Next() {
-		var a AppRecord
+		var a stored.App
 		var manifest, updated string
 		if err := rows.Scan(&a.AppID, &manifest, &a.Publisher, &a.Signed, &updated); err != nil {
 			return nil, fmt.Errorf("store: loading apps: %w", err)
@@ -135,15 +118,15 @@ func (s *Store) Allow(ctx context.Context, appID string) (wasRevoked bool, err e
 }
 
 // Revocations returns every revocation, ordered by app id.
-func (s *Store) Revocations(ctx context.Context) ([]Revocation, error) {
+func (s *Store) Revocations(ctx context.Context) ([]stored.Revocation, error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT app_id, reason, revoked_at FROM revocations ORDER BY app_id`)
 	if err != nil {
 		return nil, fmt.Errorf("store: loading revocations: %w", err)
 	}
 	defer rows.Close()
-	var out []Revocation
+	var out []stored.Revocation
 	for rows.Next() {
-		var r Revocation
+		var r stored.Revocation
 		var at string
 		if err := rows.Scan(&r.AppID, &r.Reason, &at); err != nil {
 			return nil, fmt.Errorf("store: loading revocations: %w", err)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/pcp-dev/pcp/internal/stored"
 )
 
 // Job states, as api.JobQueued and its siblings spell them. A job is
@@ -31,31 +33,6 @@ var jobStates = map[string]bool{
 // DefaultJobsLimit is how many jobs Jobs returns when asked for none.
 const DefaultJobsLimit = 100
 
-// Job is a deferred invocation as stored.
-type Job struct {
-	ID, CapabilityID, AppID, Source, Actor string
-	// Params is the invocation's parameters (JSON); nil is stored as NULL.
-	Params json.RawMessage
-	// State is "queued", "running", "done", "failed", "undone" or
-	// "cancelled"; SaveJob rejects any other value.
-	State string
-	// RunAt is when the job's undo window closes and it may run.
-	RunAt time.Time
-	// CreatedAt is when the job was first saved; SaveJob sets a zero
-	// value to the current time, and an update keeps the stored one.
-	CreatedAt time.Time
-	// UpdatedAt is when the job was last saved; SaveJob sets a zero value
-	// to the current time.
-	UpdatedAt time.Time
-	// Result is the CapabilityResult JSON once the job is done.
-	Result json.RawMessage
-	// Error is the api.Error JSON once the job has failed.
-	Error json.RawMessage
-	// Reason says, in free text, why the job was undone, cancelled or
-	// failed.
-	Reason string
-}
-
 var errNoJobID = errors.New("store: empty job id")
 
 const jobColumns = `id, capability_id, app_id, source, actor, params, state,
@@ -63,7 +40,7 @@ const jobColumns = `id, capability_id, app_id, source, actor, params, state,
 
 // SaveJob inserts the job or, if a job with its ID exists, replaces every
 // field but CreatedAt. It returns once that is committed.
-func (s *Store) SaveJob(ctx context.Context, j Job) error {
+func (s *Store) SaveJob(ctx context.Context, j stored.Job) error {
 	if j.ID == "" {
 		return errNoJobID
 	}
@@ -106,7 +83,7 @@ func (s *Store) SaveJob(ctx context.Context, j Job) error {
 
 // Jobs returns up to limit jobs, newest first (by CreatedAt, then by ID
 // descending). limit <= 0 selects DefaultJobsLimit.
-func (s *Store) Jobs(ctx context.Context, limit int) ([]Job, error) {
+func (s *Store) Jobs(ctx context.Context, limit int) ([]stored.Job, error) {
 	if limit <= 0 {
 		limit = DefaultJobsLimit
 	}
@@ -123,17 +100,17 @@ func (s *Store) Jobs(ctx context.Context, limit int) ([]Job, error) {
 }
 
 // Job returns the job with the given id; ok is false if there is none.
-func (s *Store) Job(ctx context.Context, id string) (j Job, ok bool, err error) {
+func (s *Store) Job(ctx context.Context, id string) (j stored.Job, ok bool, err error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id)
 	if err != nil {
-		return Job{}, false, fmt.Errorf("store: loading job %s: %w", id, err)
+		return stored.Job{}, false, fmt.Errorf("store: loading job %s: %w", id, err)
 	}
 	jobs, err := scanJobs(rows)
 	if err != nil {
-		return Job{}, false, fmt.Errorf("store: loading job %s: %w", id, err)
+		return stored.Job{}, false, fmt.Errorf("store: loading job %s: %w", id, err)
 	}
 	if len(jobs) == 0 {
-		return Job{}, false, nil
+		return stored.Job{}, false, nil
 	}
 	return jobs[0], true, nil
 }
@@ -146,11 +123,11 @@ func (s *Store) Job(ctx context.Context, id string) (j Job, ok bool, err error) 
 // current time. It returns the changed jobs as they are after the change,
 // oldest first (by CreatedAt, then by ID), so that the caller can audit
 // and announce each one.
-func (s *Store) InterruptJobs(ctx context.Context, now time.Time, reason string) ([]Job, error) {
+func (s *Store) InterruptJobs(ctx context.Context, now time.Time, reason string) ([]stored.Job, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	var out []Job
+	var out []stored.Job
 	err := s.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE jobs
 			SET state = CASE state WHEN ? THEN ? ELSE ? END, reason = ?, updated_at = ?
@@ -199,11 +176,11 @@ func (s *Store) PruneJobs(ctx context.Context, before time.Time) (int, error) {
 
 // scanJobs reads every row of rows, selected as jobColumns, and closes
 // rows.
-func scanJobs(rows *sql.Rows) ([]Job, error) {
+func scanJobs(rows *sql.Rows) ([]stored.Job, error) {
 	defer rows.Close()
-	var out []Job
+	var out []stored.Job
 	for rows.Next() {
-		var j Job
+		var j stored.Job
 		var params, result, jerr sql.NullString
 		var runAt, created, updated string
 		if err := rows.Scan(&j.ID, &j.CapabilityID, &j.AppID, &j.Source, &j.Actor, &params,

@@ -9,12 +9,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/pcp-dev/pcp/api"
+
+	"github.com/pcp-dev/pcp/internal/stored"
 )
 
 // job returns a queued job created i seconds after t0.
-func job(i int) Job {
+func job(i int) stored.Job {
 	at := t0.Add(time.Duration(i) * time.Second)
-	return Job{
+	return stored.Job{
 		ID:           fmt.Sprintf("job-%02d", i),
 		CapabilityID: "org.example.mail.send",
 		AppID:        "org.example.mail",
@@ -28,7 +30,7 @@ func job(i int) Job {
 	}
 }
 
-func saveJobs(t *testing.T, s *Store, jobs ...Job) {
+func saveJobs(t *testing.T, s *Store, jobs ...stored.Job) {
 	t.Helper()
 	for _, j := range jobs {
 		if err := s.SaveJob(context.Background(), j); err != nil {
@@ -37,7 +39,7 @@ func saveJobs(t *testing.T, s *Store, jobs ...Job) {
 	}
 }
 
-func wantJob(t *testing.T, s *Store, want Job) {
+func wantJob(t *testing.T, s *Store, want stored.Job) {
 	t.Helper()
 	got, ok, err := s.Job(context.Background(), want.ID)
 	if err != nil || !ok {
@@ -51,7 +53,7 @@ func wantJob(t *testing.T, s *Store, want Job) {
 func TestJobRoundTrip(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		full := Job{
+		full := stored.Job{
 			ID:           "job-full",
 			CapabilityID: "org.example.files.delete",
 			AppID:        "org.example.files",
@@ -66,7 +68,7 @@ func TestJobRoundTrip(t *testing.T) {
 			Error:        json.RawMessage(`{"code":-32001,"message":"gone","data":{"id":"x"}}`),
 			Reason:       "app failed",
 		}
-		bare := Job{ID: "job-bare", State: jobQueued, RunAt: t0, CreatedAt: t0, UpdatedAt: t0}
+		bare := stored.Job{ID: "job-bare", State: jobQueued, RunAt: t0, CreatedAt: t0, UpdatedAt: t0}
 		saveJobs(t, s, full, bare)
 		wantJob(t, s, full)
 		wantJob(t, s, bare) // nil JSON fields stay nil
@@ -91,7 +93,7 @@ func TestJobRoundTrip(t *testing.T) {
 
 		// Zero times default to now.
 		before := time.Now()
-		saveJobs(t, s, Job{ID: "job-now", State: jobQueued})
+		saveJobs(t, s, stored.Job{ID: "job-now", State: jobQueued})
 		got, _, err := s.Job(ctx, "job-now")
 		if err != nil {
 			t.Fatal(err)
@@ -107,14 +109,14 @@ func TestSaveJobRejects(t *testing.T) {
 		ok := job(1)
 		for _, tc := range []struct {
 			name string
-			edit func(*Job)
+			edit func(*stored.Job)
 		}{
-			{"no id", func(j *Job) { j.ID = "" }},
-			{"no state", func(j *Job) { j.State = "" }},
-			{"unknown state", func(j *Job) { j.State = "paused" }},
-			{"bad params", func(j *Job) { j.Params = json.RawMessage(`{`) }},
-			{"bad result", func(j *Job) { j.Result = json.RawMessage(`nope`) }},
-			{"bad error", func(j *Job) { j.Error = json.RawMessage(`{"code":`) }},
+			{"no id", func(j *stored.Job) { j.ID = "" }},
+			{"no state", func(j *stored.Job) { j.State = "" }},
+			{"unknown state", func(j *stored.Job) { j.State = "paused" }},
+			{"bad params", func(j *stored.Job) { j.Params = json.RawMessage(`{`) }},
+			{"bad result", func(j *stored.Job) { j.Result = json.RawMessage(`nope`) }},
+			{"bad error", func(j *stored.Job) { j.Error = json.RawMessage(`{"code":`) }},
 		} {
 			j := ok
 			tc.edit(&j)
@@ -189,7 +191,7 @@ func TestJobsSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]Job{job(2), job(1)}, got); d != "" {
+	if d := cmp.Diff([]stored.Job{job(2), job(1)}, got); d != "" {
 		t.Errorf("Jobs after reopen (-want +got):\n%s", d)
 	}
 }
@@ -218,11 +220,11 @@ func TestInterruptJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		settle := func(j Job, state string) Job {
+		settle := func(j stored.Job, state string) stored.Job {
 			j.State, j.Reason, j.UpdatedAt = state, reason, now
 			return j
 		}
-		want := []Job{settle(queued, jobCancelled), settle(running, jobFailed), settle(queued2, jobCancelled)}
+		want := []stored.Job{settle(queued, jobCancelled), settle(running, jobFailed), settle(queued2, jobCancelled)}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("InterruptJobs (-want +got):\n%s", d)
 		}
@@ -244,24 +246,24 @@ func TestPruneJobs(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		cut := t0.Add(time.Hour)
-		old := func(i int, state string) Job {
+		old := func(i int, state string) stored.Job {
 			j := job(i)
 			j.State = state
 			return j // updated at t0+i s, before cut
 		}
-		recent := func(i int, state string) Job {
+		recent := func(i int, state string) stored.Job {
 			j := old(i, state)
 			j.UpdatedAt = cut.Add(time.Second)
 			return j
 		}
 		atCut := old(10, jobDone)
 		atCut.UpdatedAt = cut
-		keep := []Job{
+		keep := []stored.Job{
 			old(1, jobQueued), old(2, jobRunning),
 			recent(3, jobDone), recent(4, jobFailed), recent(5, jobUndone), recent(6, jobCancelled),
 			atCut,
 		}
-		drop := []Job{old(11, jobDone), old(12, jobFailed), old(13, jobUndone), old(14, jobCancelled)}
+		drop := []stored.Job{old(11, jobDone), old(12, jobFailed), old(13, jobUndone), old(14, jobCancelled)}
 		saveJobs(t, s, keep...)
 		saveJobs(t, s, drop...)
 
@@ -293,7 +295,7 @@ func TestPruneJobs(t *testing.T) {
 func TestMigrateJobs(t *testing.T) {
 	ctx := context.Background()
 	s, path := openFile(t)
-	app := AppRecord{AppID: "org.example.mail", Manifest: json.RawMessage(`{}`), UpdatedAt: t0}
+	app := stored.App{AppID: "org.example.mail", Manifest: json.RawMessage(`{}`), UpdatedAt: t0}
 	if err := s.SaveApp(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +333,7 @@ func TestMigrateJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]AppRecord{app}, apps); d != "" {
+	if d := cmp.Diff([]stored.App{app}, apps); d != "" {
 		t.Errorf("LoadApps after migration (-want +got):\n%s", d)
 	}
 	saveJobs(t, s, job(1))

@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
+
+	"github.com/pcp-dev/pcp/internal/stored"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 123456789, time.UTC)
@@ -104,21 +106,21 @@ func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 func TestApps(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		mail := AppRecord{AppID: "org.example.mail", Manifest: json.RawMessage(`{"version":"1"}`), Publisher: "Example", Signed: true, UpdatedAt: t0}
-		notes := AppRecord{AppID: "org.example.notes", Manifest: json.RawMessage(`{"version":"2"}`), UpdatedAt: t0.Add(time.Hour)}
+		mail := stored.App{AppID: "org.example.mail", Manifest: json.RawMessage(`{"version":"1"}`), Publisher: "Example", Signed: true, UpdatedAt: t0}
+		notes := stored.App{AppID: "org.example.notes", Manifest: json.RawMessage(`{"version":"2"}`), UpdatedAt: t0.Add(time.Hour)}
 		mail3 := mail
 		mail3.Manifest = json.RawMessage(`{"version":"3"}`)
 		mail3.Signed = false
 		steps := []struct {
 			name string
 			do   func() error
-			want []AppRecord
+			want []stored.App
 		}{
-			{"save one", func() error { return s.SaveApp(ctx, mail) }, []AppRecord{mail}},
-			{"save another", func() error { return s.SaveApp(ctx, notes) }, []AppRecord{mail, notes}},
-			{"replace", func() error { return s.SaveApp(ctx, mail3) }, []AppRecord{mail3, notes}},
-			{"delete", func() error { return s.DeleteApp(ctx, mail.AppID) }, []AppRecord{notes}},
-			{"delete missing", func() error { return s.DeleteApp(ctx, "org.example.none") }, []AppRecord{notes}},
+			{"save one", func() error { return s.SaveApp(ctx, mail) }, []stored.App{mail}},
+			{"save another", func() error { return s.SaveApp(ctx, notes) }, []stored.App{mail, notes}},
+			{"replace", func() error { return s.SaveApp(ctx, mail3) }, []stored.App{mail3, notes}},
+			{"delete", func() error { return s.DeleteApp(ctx, mail.AppID) }, []stored.App{notes}},
+			{"delete missing", func() error { return s.DeleteApp(ctx, "org.example.none") }, []stored.App{notes}},
 		}
 		for _, st := range steps {
 			if err := st.do(); err != nil {
@@ -133,7 +135,7 @@ func TestApps(t *testing.T) {
 			}
 		}
 
-		for _, bad := range []AppRecord{{AppID: "", Manifest: json.RawMessage(`{}`)}, {AppID: "x", Manifest: json.RawMessage(`{`)}} {
+		for _, bad := range []stored.App{{AppID: "", Manifest: json.RawMessage(`{}`)}, {AppID: "x", Manifest: json.RawMessage(`{`)}} {
 			if err := s.SaveApp(ctx, bad); err == nil {
 				t.Errorf("SaveApp(%+v) succeeded, want an error", bad)
 			}
@@ -148,18 +150,18 @@ func TestRevocations(t *testing.T) {
 			name          string
 			do            func() (bool, error)
 			wantRevoked   bool
-			wantRevocList []Revocation
+			wantRevocList []stored.Revocation
 		}{
 			{"revoke", func() (bool, error) { return false, s.Revoke(ctx, "a", "spam", t0) }, false,
-				[]Revocation{{"a", "spam", t0}}},
+				[]stored.Revocation{{AppID: "a", Reason: "spam", RevokedAt: t0}}},
 			{"revoke again replaces", func() (bool, error) { return false, s.Revoke(ctx, "a", "worse", t0.Add(time.Minute)) }, false,
-				[]Revocation{{"a", "worse", t0.Add(time.Minute)}}},
+				[]stored.Revocation{{AppID: "a", Reason: "worse", RevokedAt: t0.Add(time.Minute)}}},
 			{"revoke other", func() (bool, error) { return false, s.Revoke(ctx, "b", "", t0) }, false,
-				[]Revocation{{"a", "worse", t0.Add(time.Minute)}, {"b", "", t0}}},
+				[]stored.Revocation{{AppID: "a", Reason: "worse", RevokedAt: t0.Add(time.Minute)}, {AppID: "b", Reason: "", RevokedAt: t0}}},
 			{"allow", func() (bool, error) { return s.Allow(ctx, "a") }, true,
-				[]Revocation{{"b", "", t0}}},
+				[]stored.Revocation{{AppID: "b", Reason: "", RevokedAt: t0}}},
 			{"allow not revoked", func() (bool, error) { return s.Allow(ctx, "a") }, false,
-				[]Revocation{{"b", "", t0}}},
+				[]stored.Revocation{{AppID: "b", Reason: "", RevokedAt: t0}}},
 		}
 		for _, st := range steps {
 			was, err := st.do()
@@ -258,7 +260,7 @@ func TestAppendAuditRejects(t *testing.T) {
 func TestRestart(t *testing.T) {
 	s, path := openFile(t)
 	ctx := context.Background()
-	app := AppRecord{AppID: "org.example.mail", Manifest: json.RawMessage(`{"version":"1"}`), Publisher: "Example", Signed: true, UpdatedAt: t0}
+	app := stored.App{AppID: "org.example.mail", Manifest: json.RawMessage(`{"version":"1"}`), Publisher: "Example", Signed: true, UpdatedAt: t0}
 	if err := s.SaveApp(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -276,14 +278,14 @@ func TestRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]AppRecord{app}, apps); d != "" {
+	if d := cmp.Diff([]stored.App{app}, apps); d != "" {
 		t.Errorf("apps after restart (-want +got):\n%s", d)
 	}
 	revs, err := s.Revocations(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]Revocation{{"org.example.bad", "malware", t0}}, revs); d != "" {
+	if d := cmp.Diff([]stored.Revocation{{AppID: "org.example.bad", Reason: "malware", RevokedAt: t0}}, revs); d != "" {
 		t.Errorf("revocations after restart (-want +got):\n%s", d)
 	}
 	if got, want := s.JournalLength(), int64(7); got != want {
@@ -543,7 +545,7 @@ func TestConcurrentAppend(t *testing.T) {
 					s.AppendEvent(api.Event{Sequence: e.Seq, Type: api.EventCapabilityInvoked})
 				}
 				if i%100 == 0 {
-					if err := s.SaveApp(ctx, AppRecord{AppID: fmt.Sprintf("app%d", w), Manifest: json.RawMessage(`{}`)}); err != nil {
+					if err := s.SaveApp(ctx, stored.App{AppID: fmt.Sprintf("app%d", w), Manifest: json.RawMessage(`{}`)}); err != nil {
 						t.Errorf("worker %d: %v", w, err)
 					}
 				}
@@ -599,7 +601,7 @@ func TestClose(t *testing.T) {
 	if _, err := s.AppendAudit(context.Background(), record(0)); !errors.Is(err, ErrClosed) {
 		t.Errorf("AppendAudit after Close: err = %v, want ErrClosed", err)
 	}
-	if err := s.SaveApp(context.Background(), AppRecord{AppID: "a", Manifest: json.RawMessage(`{}`)}); !errors.Is(err, ErrClosed) {
+	if err := s.SaveApp(context.Background(), stored.App{AppID: "a", Manifest: json.RawMessage(`{}`)}); !errors.Is(err, ErrClosed) {
 		t.Errorf("SaveApp after Close: err = %v, want ErrClosed", err)
 	}
 	s.AppendEvent(api.Event{Sequence: 1}) // dropped, must not panic or block

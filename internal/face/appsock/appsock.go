@@ -10,7 +10,7 @@
 // app connects to the path it is given. The daemon speaks first: it asks
 // for the manifest, registers the app with the broker as served by the
 // connection, and from then on the connection is a core.Session whose
-// Peer (conn) turns the broker's calls into Tier 1 requests.
+// Endpoint (conn) turns the broker's calls into Tier 1 requests.
 //
 // One connection serves an app at a time. A second connection while the
 // first is open is told why in an AppShutdown and closed. The sockets stay

@@ -33,13 +33,6 @@ type fixture struct {
 	agent context.Context // an agent's connection
 }
 
-// nopPeer is an agent connection that is never called back.
-type nopPeer struct{}
-
-func (nopPeer) Call(context.Context, string, any, any) error { return errors.New("not serving") }
-func (nopPeer) Notify(string, any) error                     { return nil }
-func (nopPeer) Close() error                                 { return nil }
-
 func newFixture(t testing.TB, cfg core.Config) *fixture {
 	t.Helper()
 	st, err := store.OpenMemory(context.Background())
@@ -47,7 +40,8 @@ func newFixture(t testing.TB, cfg core.Config) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg.Store, cfg.AllowUnsigned, cfg.TrustDir = st, true, t.TempDir()
+	cfg.Apps, cfg.Audit, cfg.Journal, cfg.Jobs = st, st, st, st
+	cfg.AllowUnsigned, cfg.TrustDir = true, t.TempDir()
 	if cfg.LivenessInterval == 0 {
 		cfg.LivenessInterval = -1
 	}
@@ -69,7 +63,7 @@ func newFixture(t testing.TB, cfg core.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: os.Getuid(), PID: os.Getpid()}, nopPeer{})
+	sess := b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: os.Getuid(), PID: os.Getpid()}, core.Endpoint{})
 	t.Cleanup(sess.Close)
 	return &fixture{t: t, b: b, srv: srv, path: res.Socket, agent: core.WithSession(context.Background(), sess)}
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/pcp-dev/pcp/internal/tier1"
 )
 
-// conn is one app's connection on its per-app socket, and the core.Peer
-// of the session that serves the app. The broker's calls become Tier 1
-// requests: invoke.capability an InvokeCapability, health.check a Ping;
+// conn is one app's connection on its per-app socket, and the endpoint
+// of the session that serves the app (see endpoint). The broker's calls
+// become Tier 1 requests: Invoke an InvokeCapability, Ping a Ping;
 // ValidateParams, QueryState and Shutdown are the optional parts of the
 // contract (core.ParamsValidator, core.StateQuerier, core.Shutdowner).
 //
@@ -69,7 +69,7 @@ func (cn *conn) serve() {
 	if prev != nil {
 		<-prev.ended // bounded: end takes at most about a second
 	}
-	sess := cn.srv.b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: cn.uid, PID: cn.pid}, cn)
+	sess := cn.srv.b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: cn.uid, PID: cn.pid}, cn.endpoint())
 	mch := make(chan *tier1.ManifestResponse, 1)
 	cn.mu.Lock()
 	cn.sess, cn.manifest = sess, mch
@@ -241,43 +241,34 @@ func (cn *conn) request(ctx context.Context, mk func(id uint64) tier1.Message) (
 	}
 }
 
-// Call implements core.Peer for the two calls the broker makes of an app.
-func (cn *conn) Call(ctx context.Context, method string, params, result any) error {
-	switch method {
-	case api.MethodInvokeCapability:
-		p, ok := params.(*api.InvokeCapabilityParams)
-		if !ok {
-			return api.Errorf(api.CodeInternalError, nil, "appsock: invoke.capability params are %T", params)
-		}
-		var deadline uint32
-		if d, ok := ctx.Deadline(); ok {
-			// The time left, rounded up to 100 ms: a 30 s timeout reads as
-			// 30000 rather than as however many ms are left once the
-			// request is encoded.
-			ms := (time.Until(d).Milliseconds() + 99) / 100 * 100
-			deadline = uint32(min(max(ms, 100), 1<<32-1))
-		}
-		m, err := cn.request(ctx, func(id uint64) tier1.Message {
-			return tier1.InvokeCapability{RequestID: id, CapabilityID: p.CapabilityID, Source: p.Source, Params: p.Params, DeadlineMS: deadline}
-		})
-		if err != nil {
-			return err
-		}
-		res, err := m.(*tier1.CapabilityResultMsg).Result()
-		if err != nil {
-			return err
-		}
-		if out, ok := result.(*api.CapabilityResult); ok {
-			*out = *res
-		}
-		return nil
-	case api.MethodHealthCheck:
-		return cn.ping(ctx)
-	}
-	return api.Errorf(api.CodeMethodNotFound, map[string]any{"method": method}, "a Tier 1 app does not serve %s", method)
+// endpoint is what the connection offers the core: the whole PcpServer
+// contract, and neither adapter queries nor events (Tier 1 carries no
+// notifications).
+func (cn *conn) endpoint() core.Endpoint {
+	return core.Endpoint{App: cn, Validate: cn, State: cn, Shutdown: cn, Closer: cn}
 }
 
-func (cn *conn) ping(ctx context.Context) error {
+// Invoke implements core.AppChannel: an InvokeCapability request.
+func (cn *conn) Invoke(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
+	var deadline uint32
+	if d, ok := ctx.Deadline(); ok {
+		// The time left, rounded up to 100 ms: a 30 s timeout reads as
+		// 30000 rather than as however many ms are left once the
+		// request is encoded.
+		ms := (time.Until(d).Milliseconds() + 99) / 100 * 100
+		deadline = uint32(min(max(ms, 100), 1<<32-1))
+	}
+	m, err := cn.request(ctx, func(id uint64) tier1.Message {
+		return tier1.InvokeCapability{RequestID: id, CapabilityID: p.CapabilityID, Source: p.Source, Params: p.Params, DeadlineMS: deadline}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m.(*tier1.CapabilityResultMsg).Result()
+}
+
+// Ping implements core.AppChannel: a Ping, answered by a Pong.
+func (cn *conn) Ping(ctx context.Context) error {
 	ch := make(chan struct{}, 1)
 	cn.mu.Lock()
 	if cn.closed {
@@ -333,11 +324,7 @@ func (cn *conn) Shutdown(reason string) error {
 	return nil
 }
 
-// Notify implements core.Peer. The Tier 1 contract carries no
-// notifications, and a Tier 1 connection holds no subscriptions.
-func (cn *conn) Notify(string, any) error { return nil }
-
-// Close implements core.Peer.
+// Close implements the endpoint's Closer.
 func (cn *conn) Close() error {
 	cn.end("", nil)
 	return nil

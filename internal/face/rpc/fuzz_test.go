@@ -42,7 +42,7 @@ func FuzzServeConn(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer st.Close()
-	b, err := core.New(context.Background(), core.Config{Store: st, TrustDir: f.TempDir(), LivenessInterval: -1})
+	b, err := core.New(context.Background(), core.Config{Apps: st, Audit: st, Journal: st, Jobs: st, TrustDir: f.TempDir(), LivenessInterval: -1})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -58,6 +58,9 @@ type goldenConn struct {
 }
 
 func runGolden(t *testing.T, file string) {
+	// Every goroutine a transcript starts (connections, their handlers,
+	// subscription pumps, the broker's and the store's) ends with it.
+	testkit.CheckGoroutines(t)
 	ar := golden.Load(t, file)
 	allowUnsigned, maxLine := false, 0
 	limits := core.RateLimits{}
@@ -196,7 +199,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 	t.Cleanup(func() { st.Close() })
 	clk := testkit.NewClock(testkit.GoldenTime)
 	b, err := core.New(context.Background(), core.Config{
-		Store:         st,
+		Apps: st, Audit: st, Journal: st, Jobs: st,
 		TrustDir:      t.TempDir(),
 		AllowUnsigned: allowUnsigned,
 		SessionID:     "session-1",

@@ -17,9 +17,23 @@ import (
 // method is one entry of the face's method table.
 type method struct {
 	name string
-	// userOnly methods are refused on agent connections.
+	// userOnly methods are refused on agent connections: api.Methods
+	// gives them the user's role (withRoles).
 	userOnly bool
 	call     func(ctx context.Context, b *core.Broker, params json.RawMessage) (any, error)
+}
+
+// withRoles sets each method's role from api.Methods, the one list of
+// who may call what. A method missing there is a programming error.
+func withRoles(ms []method) []method {
+	for i := range ms {
+		info, ok := api.LookupMethod(ms[i].name)
+		if !ok {
+			panic("rpc: method " + ms[i].name + " is not in api.Methods")
+		}
+		ms[i].userOnly = info.Role == api.RoleUser
+	}
+	return ms
 }
 
 // typed adapts a core method to the table: it decodes params into P,
@@ -55,24 +69,25 @@ func noParams[R any](f func(b *core.Broker, ctx context.Context) (*R, error)) fu
 }
 
 // methods is the face's method table, sorted by name (a test keeps it
-// sorted and complete against spec 000's list).
-var methods = []method{
-	{name: api.MethodAppsAllow, userOnly: true, call: typed((*core.Broker).AllowApp)},
+// sorted and complete against api.Methods). session.authenticate is not in
+// it: the connection's handler serves it before any other.
+var methods = withRoles([]method{
+	{name: api.MethodAppsAllow, call: typed((*core.Broker).AllowApp)},
 	{name: api.MethodAppsList, call: noParams((*core.Broker).Apps)},
 	{name: api.MethodAppsSocket, call: typed((*core.Broker).AppSocket)},
 	{name: api.MethodAppsState, call: typed((*core.Broker).AppState)},
 	{name: api.MethodAuditTail, call: typed((*core.Broker).AuditTail)},
 	{name: api.MethodAuditVerify, call: noParams((*core.Broker).AuditVerify)},
-	{name: api.MethodConfirmApprove, userOnly: true, call: typed((*core.Broker).ApproveConfirmation)},
-	{name: api.MethodConfirmDeny, userOnly: true, call: typed((*core.Broker).DenyConfirmation)},
+	{name: api.MethodConfirmApprove, call: typed((*core.Broker).ApproveConfirmation)},
+	{name: api.MethodConfirmDeny, call: typed((*core.Broker).DenyConfirmation)},
 	{name: api.MethodConfirmList, call: noParams((*core.Broker).Confirmations)},
 	{name: api.MethodEventsHistory, call: typed((*core.Broker).EventHistory)},
 	{name: api.MethodHealthCheck, call: noParams((*core.Broker).Health)},
 	{name: api.MethodInvokeAction, call: typed((*core.Broker).InvokeAction)},
 	{name: api.MethodInvokeCapability, call: typed((*core.Broker).InvokeCapability)},
 	{name: api.MethodJobsList, call: typed((*core.Broker).Jobs)},
-	{name: api.MethodJobsUndo, userOnly: true, call: typed((*core.Broker).UndoJob)},
-	{name: api.MethodPolicyReload, userOnly: true, call: noParams((*core.Broker).ReloadPolicy)},
+	{name: api.MethodJobsUndo, call: typed((*core.Broker).UndoJob)},
+	{name: api.MethodPolicyReload, call: noParams((*core.Broker).ReloadPolicy)},
 	{name: api.MethodPolicyShow, call: typed((*core.Broker).PolicyShow)},
 	{name: api.MethodQueryCapabilities, call: typed((*core.Broker).QueryCapabilities)},
 	{name: api.MethodQueryElements, call: typed((*core.Broker).QueryElements)},
@@ -83,7 +98,7 @@ var methods = []method{
 	{name: api.MethodRevokeApp, call: typed((*core.Broker).RevokeApp)},
 	{name: api.MethodSubscribeEvents, call: typed((*core.Broker).Subscribe)},
 	{name: api.MethodUnsubscribeEvents, call: typed((*core.Broker).Unsubscribe)},
-}
+})
 
 func lookup(name string) *method {
 	i := sort.Search(len(methods), func(i int) bool { return methods[i].name >= name })

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +53,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error 
 		},
 	})
 	h.conn = conn
-	h.sess = s.b.OpenSession(info, conn)
+	h.sess = s.b.OpenSession(info, endpoint(conn))
 	defer h.sess.Close()
 	return conn.Run()
 }
@@ -75,16 +74,12 @@ func (h *handler) Handle(ctx context.Context, m *jsonrpc.Message) (any, error) {
 		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"method": m.Method},
 			"authenticate first: call %s with the bearer token", api.MethodSessionAuthenticate)
 	}
-	if m.IsNotification() && (strings.HasPrefix(m.Method, "surface.") || strings.HasPrefix(m.Method, "element.")) {
-		// An adapter connection reporting what it saw.
-		var data map[string]any
-		if err := json.Unmarshal(m.Params, &data); err != nil || data == nil {
+	if m.IsNotification() {
+		// An adapter reporting what it saw, when the core says so; a
+		// notification has no answer to carry a refusal.
+		if ok, _ := h.srv.b.AdapterEvent(ctx, m.Method, m.Params); ok {
 			return nil, nil
 		}
-		if api.KnownEventType(m.Method) {
-			h.srv.b.AdapterEvent(ctx, m.Method, data)
-		}
-		return nil, nil
 	}
 	md := lookup(m.Method)
 	if md == nil {

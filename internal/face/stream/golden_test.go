@@ -65,7 +65,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { st.Close() })
 	b, err := core.New(context.Background(), core.Config{
-		Store: st, TrustDir: t.TempDir(), AllowUnsigned: true, SessionID: "session-1",
+		Apps: st, Audit: st, Journal: st, Jobs: st, TrustDir: t.TempDir(), AllowUnsigned: true, SessionID: "session-1",
 		Now:        func() time.Time { return testkit.GoldenTime },
 		RateLimits: &core.RateLimits{}, LivenessInterval: -1,
 		NewID: testkit.SeqIDs(),
@@ -116,6 +116,10 @@ func (e *env) conn(name string) net.Conn {
 }
 
 func runGolden(t *testing.T, file string) {
+	// Every goroutine a transcript starts (framed and JSON-RPC connections,
+	// subscription pumps, per-app sockets, the broker's and the store's)
+	// ends with it.
+	testkit.CheckGoroutines(t)
 	ar := golden.Load(t, file)
 	e := newEnv(t)
 	defer func() {

@@ -35,11 +35,11 @@ func (s *Server) registry(ctx context.Context, payload []byte) (*api.RegistryRes
 		if q.ID == "" {
 			return nil, api.MissingParam("id")
 		}
-		c, ok := s.b.LookupCapability(q.ID)
-		if !ok {
-			return nil, api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": q.ID}, "no capability %s", q.ID)
+		c, err := s.b.Capability(ctx, q.ID)
+		if err != nil {
+			return nil, err
 		}
-		return &api.RegistryResponse{Kind: api.KindCapabilities, Caps: nonNil([]api.Capability{c})}, nil
+		return &api.RegistryResponse{Kind: api.KindCapabilities, Caps: nonNil([]api.Capability{*c})}, nil
 	case api.KindApps:
 		r, err := s.b.Apps(ctx)
 		if err != nil {
@@ -117,11 +117,8 @@ func (s *Server) subscribe(ctx context.Context, payload []byte) (*api.SubscribeE
 	if err := decode(payload, &p); err != nil {
 		return nil, err
 	}
-	types := p.Filter.EventTypes
-	if len(types) == 0 {
-		types = []string{api.EventAll}
-	}
-	return s.b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: types, AppID: p.Filter.AppID, SurfaceID: p.Filter.SurfaceID})
+	// What an empty filter means is the core's rule, the same on every face.
+	return s.b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: p.Filter.EventTypes, AppID: p.Filter.AppID, SurfaceID: p.Filter.SurfaceID})
 }
 
 func (s *Server) unsubscribe(ctx context.Context, payload []byte) (*api.UnsubscribeEventsResult, error) {

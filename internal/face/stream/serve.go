@@ -52,7 +52,7 @@ func NewServer(b *core.Broker, opts Options) *Server {
 	return &Server{b: b, opts: opts}
 }
 
-// conn is one framed connection; it is the session's core.Peer.
+// conn is one framed connection; it is its session's event sink.
 // wmu serialises frame writes (replies and pushes).
 type conn struct {
 	rwc       io.ReadWriteCloser
@@ -69,33 +69,40 @@ func (c *conn) write(t frame.Type, payload []byte) error {
 	return frame.Write(c.rwc, frame.Frame{Type: t, Payload: payload})
 }
 
-// Call implements core.Peer: the client socket serves no app or adapter
-// (Tier 1 apps have their own sockets), so the daemon never calls it.
-func (c *conn) Call(ctx context.Context, method string, params, result any) error {
-	return api.Errorf(api.CodeMethodNotFound, map[string]any{"method": method}, "a framed client connection serves no methods")
+// Event implements core.EventSink: a PushEvent frame. ev.Data, the
+// event's members as one encoded object, goes in as it is.
+func (c *conn) Event(subID string, ev *api.Event) error {
+	return c.push(&api.PushEvent{SubscriptionID: subID, Sequence: ev.Sequence,
+		Event: api.PushedDetail{Type: ev.Type, Timestamp: ev.Timestamp, Data: ev.Data}})
 }
 
-// Notify implements core.Peer: an event becomes a PushEvent frame.
-func (c *conn) Notify(method string, params any) error {
-	raw, err := json.Marshal(params)
+// EventsLost implements core.EventSink: a PushEvent of type events.lost
+// whose data is {"lost": n}; it has no sequence of its own.
+func (c *conn) EventsLost(m *api.EventsLost) error {
+	data, err := json.Marshal(struct {
+		Lost int64 `json:"lost"`
+	}{m.Lost})
 	if err != nil {
 		return err
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &members); err != nil {
+	return c.push(&api.PushEvent{SubscriptionID: m.SubscriptionID,
+		Event: api.PushedDetail{Type: api.NotifyEventsLost, Timestamp: m.Timestamp, Data: data}})
+}
+
+// SubscriptionEnded implements core.EventSink: a PushEvent of type
+// subscription.ended whose data is {"reason": why}.
+func (c *conn) SubscriptionEnded(m *api.SubscriptionEnded) error {
+	data, err := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{m.Reason})
+	if err != nil {
 		return err
 	}
-	var p api.PushEvent
-	p.Event.Type = method
-	json.Unmarshal(members["subscription_id"], &p.SubscriptionID)
-	json.Unmarshal(members["sequence"], &p.Sequence)
-	json.Unmarshal(members["timestamp"], &p.Event.Timestamp)
-	delete(members, "subscription_id")
-	delete(members, "sequence")
-	delete(members, "timestamp")
-	if p.Event.Data, err = marshal(members); err != nil {
-		return err
-	}
+	return c.push(&api.PushEvent{SubscriptionID: m.SubscriptionID,
+		Event: api.PushedDetail{Type: api.NotifySubscriptionEnded, Timestamp: m.Timestamp, Data: data}})
+}
+
+func (c *conn) push(p *api.PushEvent) error {
 	b, err := marshal(p)
 	if err != nil {
 		return err
@@ -103,7 +110,7 @@ func (c *conn) Notify(method string, params any) error {
 	return c.write(frame.PushEvent, b)
 }
 
-// Close implements core.Peer.
+// Close ends the connection; it is the session's core.Endpoint Closer.
 func (c *conn) Close() error {
 	var err error
 	c.closeOnce.Do(func() { err = c.rwc.Close() })
@@ -113,7 +120,9 @@ func (c *conn) Close() error {
 // ServeConn serves one accepted connection until it closes.
 func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error {
 	c := &conn{rwc: rwc}
-	sess := s.b.OpenSession(info, c)
+	// The client socket serves no app and no adapter (Tier 1 apps have
+	// their own sockets): it offers events alone.
+	sess := s.b.OpenSession(info, core.Endpoint{Events: c, Closer: c})
 	defer sess.Close()
 	ctx, cancel := context.WithCancel(core.WithSession(context.Background(), sess))
 	defer cancel()

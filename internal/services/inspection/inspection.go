@@ -19,6 +19,7 @@ const AppID = "pcp.inspection"
 
 // Broker is what the service reads. *core.Broker implements it.
 type Broker interface {
+	Capability(ctx context.Context, id string) (*api.Capability, error)
 	QueryCapabilities(ctx context.Context, p *api.QueryCapabilitiesParams) (*api.QueryCapabilitiesResult, error)
 	Apps(ctx context.Context) (*api.AppsListResult, error)
 	Health(ctx context.Context) (*api.HealthResult, error)
@@ -163,14 +164,5 @@ func (s *Service) describeRegistry(ctx context.Context, appID string) (any, erro
 }
 
 func (s *Service) describeCapability(ctx context.Context, id string) (any, error) {
-	caps, err := s.b.QueryCapabilities(ctx, &api.QueryCapabilitiesParams{})
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range caps.Capabilities {
-		if c.ID == id {
-			return c, nil
-		}
-	}
-	return nil, api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no capability %s", id)
+	return s.b.Capability(ctx, id)
 }

@@ -18,7 +18,7 @@ func broker(t *testing.T) *core.Broker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	b, err := core.New(context.Background(), core.Config{Store: st})
+	b, err := core.New(context.Background(), core.Config{Apps: st, Audit: st, Journal: st, Jobs: st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,129 @@
+package api
+
+// The audit contract: what the daemon writes in AuditEntry.Kind, Outcome
+// and Detail, for readers of audit.tail (pcpctl, pavo) and for the core
+// that writes them. A test in internal/core decodes the details it writes
+// strictly into these structs, so the two stay in step.
+
+// Audit entry kinds (AuditEntry.Kind).
+const (
+	// AuditRegister: register.capability, or a Tier 1 app's handshake.
+	// Detail: AuditRegisterDetail, or AuditErrorDetail when refused.
+	AuditRegister = "register"
+	// AuditInvoke: an agent's invocation (invoke.capability, ExecuteRequest).
+	// Detail: AuditInvokeDetail.
+	AuditInvoke = "invoke"
+	// AuditInvokeAdmin: an invocation the user made on the control socket.
+	// Detail: AuditInvokeDetail.
+	AuditInvokeAdmin = "invoke_admin"
+	// AuditAction: invoke.action. Detail: AuditActionDetail.
+	AuditAction = "action"
+	// AuditAdapter: register.adapter. Detail: AuditAdapterDetail.
+	AuditAdapter = "adapter"
+	// AuditRevoke: revoke.app. Detail: AuditRevokeDetail.
+	AuditRevoke = "revoke"
+	// AuditAllow: apps.allow. Detail: AuditAllowDetail.
+	AuditAllow = "allow"
+	// AuditConfirmation: a confirmation changed state; Outcome is the new
+	// state (ConfirmPending, ...). Detail: AuditConfirmationDetail.
+	AuditConfirmation = "confirmation"
+	// AuditJob: a deferred job changed state; Outcome is the new state
+	// (JobQueued, ...). Detail: AuditJobDetail.
+	AuditJob = "job"
+	// AuditLiveness: an app stopped or resumed answering liveness checks;
+	// Outcome is AuditUnresponsive or AuditResponsive. No detail.
+	AuditLiveness = "liveness"
+	// AuditPolicy: the policy file was (re)loaded; Outcome is
+	// AuditPolicyLoaded or AuditPolicyLoadFailed. Detail: AuditPolicyDetail.
+	AuditPolicy = "policy"
+)
+
+// AuditKinds lists the entry kinds, sorted.
+var AuditKinds = []string{
+	AuditAction, AuditAdapter, AuditAllow, AuditConfirmation, AuditInvoke, AuditInvokeAdmin,
+	AuditJob, AuditLiveness, AuditPolicy, AuditRegister, AuditRevoke,
+}
+
+// Audit outcomes besides those named above: a refusal or a failure is the
+// error's name (Code.Name(), e.g. "PERMISSION_DENIED"); an invocation
+// that ran is its result's status (StatusSuccess, ...).
+const (
+	AuditSuccess          = "success"
+	AuditResponsive       = "responsive"
+	AuditUnresponsive     = "unresponsive"
+	AuditPolicyLoaded     = "loaded"
+	AuditPolicyLoadFailed = "load_failed"
+)
+
+// AuditErrorDetail is the detail of a refused registration.
+type AuditErrorDetail struct {
+	Error string `json:"error"`
+}
+
+// AuditRegisterDetail is the detail of a registration.
+type AuditRegisterDetail struct {
+	CapabilityIDs []string `json:"capability_ids"`
+	Signed        bool     `json:"signed"`
+	Publisher     string   `json:"publisher"`
+	// Serve is whether the registering connection serves the app.
+	Serve bool `json:"serve"`
+}
+
+// AuditInvokeDetail is the detail of an invocation; an entry with none of
+// these has no detail.
+type AuditInvokeDetail struct {
+	// Route is where the dispatch sent it: "in_process", "platform",
+	// "native", "accessibility:<adapter id>" or "accessibility"; empty when
+	// it failed before a route was chosen.
+	Route string `json:"route,omitempty"`
+	// Error is the error's message when it failed.
+	Error string `json:"error,omitempty"`
+	// SuppressedSinceLastEntry counts the refusals of the same kind that
+	// the rate limiter did not audit one by one since the last entry.
+	SuppressedSinceLastEntry int64 `json:"suppressed_since_last_entry,omitempty"`
+}
+
+// AuditActionDetail is the detail of a structural action.
+type AuditActionDetail struct {
+	SurfaceID string `json:"surface_id"`
+	ElementID string `json:"element_id"`
+	Action    string `json:"action"`
+}
+
+// AuditAdapterDetail is the detail of an adapter's binding.
+type AuditAdapterDetail struct {
+	AdapterID      string `json:"adapter_id"`
+	SurfaceType    string `json:"surface_type"`
+	SupportedTiers []int  `json:"supported_tiers"`
+}
+
+// AuditRevokeDetail is the detail of a revocation.
+type AuditRevokeDetail struct {
+	Reason                  string   `json:"reason"`
+	CapabilityIDs           []string `json:"capability_ids"`
+	TerminatedSubscriptions int      `json:"terminated_subscriptions"`
+}
+
+// AuditAllowDetail is the detail of apps.allow.
+type AuditAllowDetail struct {
+	WasRevoked bool `json:"was_revoked"`
+}
+
+// AuditConfirmationDetail is the detail of a confirmation's change.
+type AuditConfirmationDetail struct {
+	ConfirmationID string `json:"confirmation_id"`
+	Description    string `json:"description"`
+	Reason         string `json:"reason"`
+}
+
+// AuditJobDetail is the detail of a job's change.
+type AuditJobDetail struct {
+	JobID  string `json:"job_id"`
+	Reason string `json:"reason"`
+}
+
+// AuditPolicyDetail is the detail of a policy load.
+type AuditPolicyDetail struct {
+	Path  string `json:"path"`
+	Error string `json:"error,omitempty"`
+}
