@@ -82,6 +82,28 @@ func (v *Verifier) Add(e api.AuditEntry) error {
 	return nil
 }
 
+// Checkpoint is a point of a chain that verified: the seq and hash of an
+// entry and the number of entries up to it. A verification resumed from
+// it (Resume) checks only the entries after it.
+type Checkpoint struct {
+	Seq     int64
+	Hash    []byte
+	Entries int64
+}
+
+// Checkpoint returns the last verified entry as a Checkpoint; the zero
+// Checkpoint before any entry verified.
+func (v *Verifier) Checkpoint() Checkpoint {
+	return Checkpoint{Seq: v.last, Hash: v.prev, Entries: v.n}
+}
+
+// Resume returns a Verifier that continues after cp: the next entry it
+// accepts is cp.Seq+1, chained behind cp.Hash, and its result counts
+// cp.Entries before it. The zero Checkpoint starts at seq 1.
+func Resume(cp Checkpoint) *Verifier {
+	return &Verifier{n: cp.Entries, last: cp.Seq, prev: cp.Hash}
+}
+
 // breakAt records the first break. A non-positive seq (which the result
 // could not carry) is reported as the seq that was expected.
 func (v *Verifier) breakAt(seq, want int64, problem string) error {

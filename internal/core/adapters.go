@@ -171,6 +171,9 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 	case p.SurfaceID == "":
 		return nil, api.MissingParam("surface_id")
 	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
+	}
 	start := b.now()
 	if err := b.limits.connection(SessionFrom(ctx), start); err != nil {
 		return nil, err
@@ -307,6 +310,9 @@ func (b *Broker) Health(ctx context.Context) (*api.HealthResult, error) {
 	ads := append([]*adapterEntry(nil), b.adapters...)
 	b.mu.RUnlock()
 	res.JournalLength = b.store.JournalLength()
+	if res.AuditError = b.auditHealth(); res.AuditError != "" {
+		res.Status = api.HealthDegraded
+	}
 	for _, ad := range ads {
 		h := api.AdapterHealth{AdapterID: ad.info.AdapterID, SurfaceType: ad.info.SurfaceType, SupportedTiers: ad.info.SupportedTiers, Status: api.HealthOK}
 		if hc, ok := ad.adapter.(interface{ Healthy(context.Context) error }); ok {
@@ -318,34 +324,4 @@ func (b *Broker) Health(ctx context.Context) (*api.HealthResult, error) {
 		res.Adapters = append(res.Adapters, h)
 	}
 	return res, nil
-}
-
-// AuditTail returns the newest audit entries.
-func (b *Broker) AuditTail(ctx context.Context, p *api.AuditTailParams) (*api.AuditTailResult, error) {
-	n := p.Limit
-	switch {
-	case n < 0:
-		return nil, api.InvalidParam("limit", "must not be negative")
-	case n == 0:
-		n = 20
-	case n > 10000:
-		n = 10000
-	}
-	es, err := b.store.AuditTail(ctx, n)
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the audit log: " + err.Error()}
-	}
-	if es == nil {
-		es = []api.AuditEntry{}
-	}
-	return &api.AuditTailResult{Entries: es}, nil
-}
-
-// AuditVerify walks the whole chain as stored on disk.
-func (b *Broker) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error) {
-	r, err := b.store.VerifyAudit(ctx)
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "verifying the audit log: " + err.Error()}
-	}
-	return &r, nil
 }

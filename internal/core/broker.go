@@ -32,6 +32,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,10 +62,11 @@ type Store interface {
 	Allow(ctx context.Context, appID string) (wasRevoked bool, err error)
 	Revocations(ctx context.Context) ([]store.Revocation, error)
 	AppendAudit(ctx context.Context, r audit.Record) (api.AuditEntry, error)
-	AuditTail(ctx context.Context, n int) ([]api.AuditEntry, error)
+	AuditBefore(ctx context.Context, before int64, n int) ([]api.AuditEntry, error)
 	VerifyAudit(ctx context.Context) (api.AuditVerifyResult, error)
+	VerifyAuditIncremental(ctx context.Context) (api.AuditVerifyResult, error)
 	AppendEvent(ev api.Event)
-	RecentEvents(ctx context.Context, limit int) ([]api.Event, error)
+	EventsBefore(ctx context.Context, before int64, limit int) ([]api.Event, error)
 	JournalLength() int64
 	LastEventSeq(ctx context.Context) (int64, error)
 	SaveJob(ctx context.Context, j store.Job) error
@@ -152,6 +154,9 @@ type Broker struct {
 	// jobMu guards jobs (the queued and running ones) and their fields.
 	jobMu sync.Mutex
 	jobs  map[string]*job
+
+	// gate refuses every action once an audit append has failed.
+	gate auditGate
 }
 
 // New loads persisted state and returns a running broker.
@@ -280,6 +285,9 @@ func (b *Broker) Close() {
 		}
 	}
 	b.jobMu.Unlock()
+	// The refusals counted since the last written entry are written now,
+	// or they would never be.
+	b.flushRefusals(context.Background(), "")
 }
 
 // audit appends r and waits for it to be committed. The reply to the
@@ -292,6 +300,9 @@ func (b *Broker) audit(ctx context.Context, r audit.Record) error {
 	_, err := b.store.AppendAudit(context.WithoutCancel(ctx), r)
 	if err != nil {
 		b.log.Error("audit append failed", "kind", r.Kind, "app_id", r.AppID, "err", err)
+		if errors.Is(err, audit.ErrUnavailable) {
+			return b.auditUnavailable(err)
+		}
 		return &api.Error{Code: api.CodeInternalError, Message: "audit log unavailable: " + err.Error()}
 	}
 	return nil

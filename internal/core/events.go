@@ -242,23 +242,30 @@ func (b *Broker) publish(eventType, appID, surfaceID string, data any) {
 	}
 }
 
-// EventHistory returns the newest events of the journal.
+// EventHistory returns the newest events of the journal, oldest first, a
+// page at a time (see api.EventsHistoryParams).
 func (b *Broker) EventHistory(ctx context.Context, p *api.EventsHistoryParams) (*api.EventsHistoryResult, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return nil, api.InvalidParam("limit", "must not be negative")
-	case limit == 0:
-		limit = 100
-	case limit > 10000:
-		limit = 10000
+	limit, clamped, err := pageLimit(p.Limit, 100)
+	if err != nil {
+		return nil, err
 	}
-	evs, err := b.store.RecentEvents(ctx, limit)
+	if p.Before < 0 {
+		return nil, api.InvalidParam("before", "must not be negative")
+	}
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, err
+	}
+	evs, err := b.store.EventsBefore(ctx, p.Before, limit+1)
 	if err != nil {
 		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the event journal: " + err.Error()}
 	}
-	if evs == nil {
-		evs = []api.Event{}
+	evs, next := olderPage(evs, limit, clamped)
+	res := &api.EventsHistoryResult{Events: evs}
+	if res.Events == nil {
+		res.Events = []api.Event{}
 	}
-	return &api.EventsHistoryResult{Events: evs}, nil
+	if next {
+		res.Next = evs[0].Sequence
+	}
+	return res, nil
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -94,6 +95,9 @@ func (b *Broker) runJob(id string) {
 		err error
 	)
 	switch {
+	case b.auditAvailable() != nil:
+		// Fail closed: the job's outcome could not be audited.
+		err = b.auditAvailable()
 	case revoked:
 		err = api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": rec.AppID, "revoked": true}, "app %s was revoked before the job ran", rec.AppID)
 	case ce == nil:
@@ -164,6 +168,9 @@ func (b *Broker) Jobs(ctx context.Context, p *api.JobsListParams) (*api.JobsList
 	case limit > 1000:
 		limit = 1000
 	}
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, err
+	}
 	recs, err := b.store.Jobs(ctx, limit)
 	if err != nil {
 		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading jobs: " + err.Error()}
@@ -173,6 +180,11 @@ func (b *Broker) Jobs(ctx context.Context, p *api.JobsListParams) (*api.JobsList
 		out = append(out, jobView(r))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt > out[j].CreatedAt })
+	// A job carries its parameters and result: the newest that fit in a
+	// frame are listed.
+	slices.Reverse(out)
+	out = out[len(out)-fitNewest(out):]
+	slices.Reverse(out)
 	return &api.JobsListResult{Jobs: out}, nil
 }
 
@@ -183,6 +195,9 @@ func (b *Broker) UndoJob(ctx context.Context, p *api.JobsUndoParams) (*api.JobsU
 	}
 	if p.JobID == "" {
 		return nil, api.MissingParam("job_id")
+	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
 	}
 	b.jobMu.Lock()
 	j := b.jobs[p.JobID]
