@@ -113,8 +113,11 @@ type verification struct {
 type verifyFlight struct {
 	full bool
 	done chan struct{}
-	res  api.AuditVerifyResult
-	err  error
+	// waiting counts the callers sharing the walk; guarded by
+	// verification.mu.
+	waiting int
+	res     api.AuditVerifyResult
+	err     error
 }
 
 // VerifyAudit reads the whole log from the file as it is now (edits by
@@ -154,6 +157,7 @@ func (s *Store) verifyShared(ctx context.Context, full bool) (api.AuditVerifyRes
 			s.walk(f, from)
 			return f.res, f.err
 		}
+		f.waiting++
 		v.mu.Unlock()
 		select {
 		case <-f.done:
@@ -239,8 +243,10 @@ func verify(ctx context.Context, db *sql.DB, head chainHead, from audit.Checkpoi
 			return api.AuditVerifyResult{}, audit.Checkpoint{}, err
 		}
 		if first {
+			// The entry resumed from must verify again, with the hash
+			// it had.
 			first = false
-			if e.Seq != from.Seq || e.Hash != hex.EncodeToString(from.Hash) {
+			if e.Seq != from.Seq || v.Add(e) != nil || e.Hash != hex.EncodeToString(from.Hash) {
 				return rewritten(from), audit.Checkpoint{}, nil
 			}
 			continue
