@@ -7,9 +7,10 @@
 // a call without one acts as an anonymous agent with the least privilege.
 //
 // Every invocation, whichever face it came from (invoke.capability,
-// spec 001's ExecuteRequest, a queued job), runs one pipeline: resolve the
-// owner, apply limits, parameters and the trust level (confirmation,
-// deferral), execute under the capability's timeout, audit, publish. The
+// spec 001's ExecuteRequest, a queued job), runs one pipeline: the audit
+// gate and the connection's limit, resolve the owner, the app's limit,
+// parameters and the trust level (confirmation, deferral), execute under
+// the capability's timeout, audit (refusals in aggregate), publish. The
 // execution step is spec 001's dispatch, in this order (see dispatch.go):
 // in-process services; the system and compositor domains through the
 // PlatformAdapter; an app's native channel (a Tier 1 socket or a JSON-RPC
@@ -21,9 +22,9 @@
 // serialises event publication so sequence numbers reach every subscriber
 // in order. b.confMu guards confirmations, b.jobMu queued jobs, a
 // Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
-// and Session.mu; b.jobMu and the limiters' lock are leaves. Providers,
-// adapters, peers and store calls that wait for a commit are never called
-// while holding any of them (Store.AppendEvent, which only queues, is
+// and Session.mu; b.jobMu and the limiters' lock are leaves; the audit
+// gate is an atomic. Providers, adapters, peers and store calls that wait
+// for a commit are never called while holding any of them (Store.AppendEvent, which only queues, is
 // called under b.evMu so the journal keeps sequence order).
 package core
 
