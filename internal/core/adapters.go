@@ -66,6 +66,10 @@ func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterPara
 	if sess == nil || sess.peer == nil {
 		return nil, api.Errorf(api.CodeInvalidRequest, nil, "an adapter must be served on a connection")
 	}
+	// A binding is audited: the connection's limit bounds how many.
+	if err := b.limits.connection(sess, b.now()); err != nil {
+		return nil, err
+	}
 	if err := b.bindAdapter(ctx, *p, remoteAdapter{sess}, sess); err != nil {
 		return nil, err
 	}

@@ -58,32 +58,45 @@ func olderPage[T any](items []T, limit int, clamped bool) (page []T, next bool) 
 	return items[len(items)-n:], cut || (clamped && older)
 }
 
+// readPage is one read of a paged method: the limit and the before
+// cursor checked (def is the default limit), the connection's token
+// spent, up to limit+1 items below before read by read (oldest first)
+// and cut by olderPage. seq gives an item's cursor value; next is 0 when
+// the page carries no cursor. what names the log in an error.
+func readPage[T any](ctx context.Context, b *Broker, limit int, before int64, def int, what string,
+	read func(ctx context.Context, before int64, n int) ([]T, error), seq func(*T) int64) (items []T, next int64, err error) {
+	n, clamped, err := pageLimit(limit, def)
+	if err != nil {
+		return nil, 0, err
+	}
+	if before < 0 {
+		return nil, 0, api.InvalidParam("before", "must not be negative")
+	}
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, 0, err
+	}
+	items, err = read(ctx, before, n+1)
+	if err != nil {
+		return nil, 0, &api.Error{Code: api.CodeInternalError, Message: "reading " + what + ": " + err.Error()}
+	}
+	items, more := olderPage(items, n, clamped)
+	if items == nil {
+		items = []T{}
+	}
+	if more {
+		next = seq(&items[0])
+	}
+	return items, next, nil
+}
+
 // AuditTail returns the newest audit entries, oldest first, a page at a
 // time (see api.AuditTailParams).
 func (b *Broker) AuditTail(ctx context.Context, p *api.AuditTailParams) (*api.AuditTailResult, error) {
-	n, clamped, err := pageLimit(p.Limit, 20)
+	es, next, err := readPage(ctx, b, p.Limit, p.Before, 20, "the audit log", b.store.AuditBefore, func(e *api.AuditEntry) int64 { return e.Seq })
 	if err != nil {
 		return nil, err
 	}
-	if p.Before < 0 {
-		return nil, api.InvalidParam("before", "must not be negative")
-	}
-	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
-		return nil, err
-	}
-	es, err := b.store.AuditBefore(ctx, p.Before, n+1)
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the audit log: " + err.Error()}
-	}
-	es, next := olderPage(es, n, clamped)
-	res := &api.AuditTailResult{Entries: es}
-	if res.Entries == nil {
-		res.Entries = []api.AuditEntry{}
-	}
-	if next {
-		res.Next = es[0].Seq
-	}
-	return res, nil
+	return &api.AuditTailResult{Entries: es, Next: next}, nil
 }
 
 // AuditVerify checks the audit chain as stored on disk. For the user it

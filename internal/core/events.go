@@ -245,27 +245,9 @@ func (b *Broker) publish(eventType, appID, surfaceID string, data any) {
 // EventHistory returns the newest events of the journal, oldest first, a
 // page at a time (see api.EventsHistoryParams).
 func (b *Broker) EventHistory(ctx context.Context, p *api.EventsHistoryParams) (*api.EventsHistoryResult, error) {
-	limit, clamped, err := pageLimit(p.Limit, 100)
+	evs, next, err := readPage(ctx, b, p.Limit, p.Before, 100, "the event journal", b.store.EventsBefore, func(ev *api.Event) int64 { return ev.Sequence })
 	if err != nil {
 		return nil, err
 	}
-	if p.Before < 0 {
-		return nil, api.InvalidParam("before", "must not be negative")
-	}
-	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
-		return nil, err
-	}
-	evs, err := b.store.EventsBefore(ctx, p.Before, limit+1)
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the event journal: " + err.Error()}
-	}
-	evs, next := olderPage(evs, limit, clamped)
-	res := &api.EventsHistoryResult{Events: evs}
-	if res.Events == nil {
-		res.Events = []api.Event{}
-	}
-	if next {
-		res.Next = evs[0].Sequence
-	}
-	return res, nil
+	return &api.EventsHistoryResult{Events: evs, Next: next}, nil
 }

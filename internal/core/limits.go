@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strings"
@@ -159,7 +160,7 @@ func (ls *limiters) forget(appID string) {
 func refusalKey(s *Session, kind string, err *api.Error) string {
 	if err.Code == api.CodeRateLimited {
 		if d := err.DataMap(); d["scope"] == "app" {
-			return "app:" + kind + ":" + d["source"].(string) + ":" + d["app_id"].(string)
+			return fmt.Sprintf("app:%s:%v:%v", kind, d["source"], d["app_id"])
 		}
 	}
 	conn := "inproc"

@@ -5,13 +5,11 @@ package rpc
 // down to run in seconds.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,15 +20,13 @@ import (
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
-// abuseEnv is a broker behind the rpc face, with its store and clock in
-// reach of the test.
+// abuseEnv is a broker behind the rpc face, as a golden transcript
+// drives it, with its store in reach of the test.
 type abuseEnv struct {
-	t   *testing.T
-	st  *store.Store
-	b   *core.Broker
-	clk *testkit.Clock
-	srv *Server
-	wg  sync.WaitGroup
+	*goldenEnv
+	st *store.Store
+	b  *core.Broker
+	n  int // connections dialled
 }
 
 func newAbuseEnv(t *testing.T, st *store.Store, limits core.RateLimits) *abuseEnv {
@@ -51,31 +47,23 @@ func newAbuseEnv(t *testing.T, st *store.Store, limits core.RateLimits) *abuseEn
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &abuseEnv{t: t, st: st, b: b, clk: clk, srv: NewServer(b, Options{Token: "test-token"})}
+	g := &goldenEnv{t: t, clk: clk, srv: NewServer(b, Options{Token: "test-token"}), conns: map[string]*goldenConn{}}
 	t.Cleanup(func() {
 		b.Close()
-		e.wg.Wait()
+		g.close()
 	})
-	return e
+	return &abuseEnv{goldenEnv: g, st: st, b: b}
 }
 
 // dial opens a connection on the agent socket (as uid 1000) or, with
 // user, on the control socket.
 func (e *abuseEnv) dial(user bool) *goldenConn {
-	client, server := testkit.SocketPair(e.t)
-	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
+	e.n++
+	name := fmt.Sprintf("agent%d", e.n)
 	if user {
-		info.Role = core.RoleUser
+		name = "user" + name
 	}
-	gc := &goldenConn{c: client, rd: bufio.NewReaderSize(client, 1<<20), served: make(chan struct{})}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		defer close(gc.served)
-		e.srv.ServeConn(server, info)
-	}()
-	e.t.Cleanup(func() { client.Close() })
-	return gc
+	return e.conn(name)
 }
 
 // call sends one request and decodes its answer's result or error.
