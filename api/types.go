@@ -541,11 +541,18 @@ type Job struct {
 // JobsListParams are the parameters of jobs.list.
 type JobsListParams struct {
 	Limit int `json:"limit,omitempty"`
+	// Before, when not empty, asks for the jobs older than this job: the
+	// page after one whose Next it is.
+	Before string `json:"before,omitempty"`
 }
 
 // JobsListResult is the result of jobs.list.
 type JobsListResult struct {
 	Jobs []Job `json:"jobs"`
+	// Next is set when the answer holds fewer jobs than asked for (the
+	// limit was clamped, or the page was cut to fit a frame) and older
+	// ones exist: pass it as Before for the next page.
+	Next string `json:"next,omitempty"`
 }
 
 // JobsUndoParams are the parameters of jobs.undo.

@@ -71,7 +71,7 @@ type Store interface {
 	JournalLength() int64
 	LastEventSeq(ctx context.Context) (int64, error)
 	SaveJob(ctx context.Context, j store.Job) error
-	Jobs(ctx context.Context, limit int) ([]store.Job, error)
+	JobsBefore(ctx context.Context, before string, limit int) ([]store.Job, error)
 	Job(ctx context.Context, id string) (store.Job, bool, error)
 	InterruptJobs(ctx context.Context, now time.Time, reason string) ([]store.Job, error)
 }

@@ -157,21 +157,24 @@ func jobView(j store.Job) api.Job {
 	}
 }
 
-// Jobs lists jobs, newest first.
+// Jobs lists jobs, newest first, a page at a time (see
+// api.JobsListParams).
 func (b *Broker) Jobs(ctx context.Context, p *api.JobsListParams) (*api.JobsListResult, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return nil, api.InvalidParam("limit", "must not be negative")
-	case limit == 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
+	limit, clamped, err := pageLimit(p.Limit, 50)
+	if err != nil {
+		return nil, err
 	}
 	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
 		return nil, err
 	}
-	recs, err := b.store.Jobs(ctx, limit)
+	if p.Before != "" {
+		if _, ok, err := b.store.Job(ctx, p.Before); err != nil {
+			return nil, &api.Error{Code: api.CodeInternalError, Message: "reading jobs: " + err.Error()}
+		} else if !ok {
+			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "before", "job_id": p.Before}, "before: no job %s", p.Before)
+		}
+	}
+	recs, err := b.store.JobsBefore(ctx, p.Before, limit+1)
 	if err != nil {
 		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading jobs: " + err.Error()}
 	}
@@ -180,12 +183,16 @@ func (b *Broker) Jobs(ctx context.Context, p *api.JobsListParams) (*api.JobsList
 		out = append(out, jobView(r))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt > out[j].CreatedAt })
-	// A job carries its parameters and result: the newest that fit in a
-	// frame are listed.
+	// olderPage takes the oldest first; a job carries its parameters and
+	// result, so a page may be cut to fit a frame.
 	slices.Reverse(out)
-	out = out[len(out)-fitNewest(out):]
+	out, next := olderPage(out, limit, clamped)
 	slices.Reverse(out)
-	return &api.JobsListResult{Jobs: out}, nil
+	res := &api.JobsListResult{Jobs: out}
+	if next {
+		res.Next = out[len(out)-1].JobID
+	}
+	return res, nil
 }
 
 // UndoJob cancels a queued job before it runs. Only the user may.

@@ -420,7 +420,8 @@ func TestConfirmationFloodIsBounded(t *testing.T) {
 
 // events.history with limit 10⁸ produced a 2.3 MB frame, above the
 // 1 MiB limit a client may enforce. Now the limit is clamped and pages
-// are cut to fit, with a cursor to the next.
+// are cut to fit, with a cursor to the next; audit.tail and jobs.list
+// likewise.
 func TestHistoryPagesFitAFrame(t *testing.T) {
 	e := newAbuseEnv(t, nil, core.RateLimits{})
 	big := strings.Repeat("x", 8<<10)
@@ -434,16 +435,23 @@ func TestHistoryPagesFitAFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for i := range events {
+		if err := e.st.SaveJob(ctx, store.Job{ID: fmt.Sprintf("job-%03d", i), CapabilityID: "org.example.mail.send", AppID: "org.example.mail",
+			Result: json.RawMessage(fmt.Sprintf(`{"status":"success","data":{"pad":%q}}`, big)), State: api.JobDone, RunAt: testkit.GoldenTime,
+			CreatedAt: testkit.GoldenTime.Add(time.Duration(i) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	agent := e.dial(false)
 	for _, m := range []struct {
 		method, items, cursor string
-	}{{api.MethodEventsHistory, "events", "sequence"}, {api.MethodAuditTail, "entries", "seq"}} {
-		seen := map[int64]bool{}
-		var before int64
+	}{{api.MethodEventsHistory, "events", "sequence"}, {api.MethodAuditTail, "entries", "seq"}, {api.MethodJobsList, "jobs", "job_id"}} {
+		seen := map[string]bool{}
+		var before json.RawMessage
 		pages := 0
 		for {
 			params := map[string]any{"limit": 100000000}
-			if before != 0 {
+			if before != nil {
 				params["before"] = before
 			}
 			p, _ := json.Marshal(params)
@@ -464,17 +472,14 @@ func TestHistoryPagesFitAFrame(t *testing.T) {
 			var items []map[string]json.RawMessage
 			json.Unmarshal(page[m.items], &items)
 			for _, it := range items {
-				var n int64
-				json.Unmarshal(it[m.cursor], &n)
-				if seen[n] {
-					t.Fatalf("%s: %d listed twice", m.method, n)
+				id := string(it[m.cursor])
+				if seen[id] {
+					t.Fatalf("%s: %s listed twice", m.method, id)
 				}
-				seen[n] = true
+				seen[id] = true
 			}
 			pages++
-			before = 0
-			json.Unmarshal(page["next"], &before)
-			if before == 0 {
+			if before = page["next"]; before == nil {
 				break
 			}
 		}
