@@ -213,17 +213,17 @@ func (b *Broker) pendingBoundLocked(sess *Session, ttl time.Duration) error {
 			perAgent++
 		}
 	}
-	refuse := func(per string, pending int) error {
+	refuse := func(per string, pending int, format string) error {
 		return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "confirmations", "per": per, "pending": pending, "retry_after_ms": ttl.Milliseconds()},
-			"%d confirmations are already waiting for the user (at most %s)", pending, per)
+			format, pending)
 	}
 	switch {
 	case perSession >= maxPendingPerSession:
-		return refuse("connection", perSession)
+		return refuse("connection", perSession, "%d confirmations are already waiting for the user")
 	case perAgent >= maxPendingPerAgent:
-		return refuse("agent", perAgent)
+		return refuse("agent", perAgent, "%d confirmations of this agent are already waiting for the user")
 	case total >= maxPendingTotal:
-		return refuse("daemon", total)
+		return refuse("daemon", total, "%d confirmations are already waiting for the user, as many as pcpd keeps")
 	}
 	return nil
 }
