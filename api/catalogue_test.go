@@ -92,7 +92,7 @@ are added.
 | ` + "`TARGET_AMBIGUOUS`" + ` | ` + "`target`, `count`, `candidates`" + `: up to 10 of ` + "`{element_id, role, name, accessible_path, bus_name, app_id, surface_id}`" + ` |
 | ` + "`NO_ATSPI2_SUPPORT`" + ` | ` + "`app_id`" + ` or ` + "`bus_name`" + ` the adapter does not reach, or ` + "`reason`" + ` when there is no accessibility bus |
 | ` + "`TEXT_TOO_LARGE`" + ` | ` + "`element_id`, `characters`, `offset`, `limit_bytes`" + `: read on with ` + "`{\"offset\", \"length\"}`" + ` |
-| ` + "`INTERNAL_ERROR`" + ` | ` + "`capability_id`, `attempts: [{adapter, code, message}]`" + ` when every accessibility adapter declined; ` + "`app_id`, `reason`" + ` when a Tier 1 app broke its protocol |
+| ` + "`INTERNAL_ERROR`" + ` | ` + "`capability_id`, `attempts: [{adapter, code, message}]`" + ` when every accessibility adapter declined; ` + "`app_id`, `reason`" + ` when a Tier 1 app broke its protocol; ` + "`audit: \"unavailable\"`, `reason`" + ` once an audit entry could not be written (every action is then refused until pcpd restarts) |
 | ` + "`PERMISSION_DENIED`" + ` | ` + "`app_id`, `revoked`, `reason`" + ` for a revoked app; ` + "`method`, `required_role`" + ` for a user-only method; ` + "`capability_id`, `trust_level`" + ` for a ` + "`deny`" + ` capability |
 | ` + "`CONFIRMATION_REQUIRED`" + ` | ` + "`capability_id`, `confirmation_type`, `undo_window_ms`, `description`" + ` |
 | ` + "`EXECUTION_TIMEOUT`" + ` | ` + "`capability_id`, `timeout_ms`" + `; or, when an element never became actionable, ` + "`element_id`, `action`, `not_actionable`" + ` (the conditions not met, e.g. ` + "`not SENSITIVE`" + `), ` + "`states`, `waited_ms`" + ` |
@@ -100,6 +100,7 @@ are added.
 | ` + "`CAPABILITY_NOT_FOUND`" + ` | ` + "`capability_id`, `app_id`" + ` |
 | ` + "`MANIFEST_INVALID`" + ` | ` + "`app_id`, `capability`, `field`" + ` (a JSON path into the manifest) |
 | ` + "`MANIFEST_SIGNATURE_INVALID`" + ` | ` + "`app_id`" + ` |
+| ` + "`RATE_LIMITED`" + ` | ` + "`scope`" + `: ` + "`connection`" + `, or ` + "`app`" + ` with ` + "`app_id`, `source`" + `, with ` + "`retry_after_ms`, `limit_per_second`, `burst`" + `; or ` + "`confirmations`" + ` with ` + "`per`" + ` (` + "`connection`, `agent`, `daemon`" + `: the bound reached), ` + "`pending`, `retry_after_ms`" + ` |
 `)
 	want := b.String()
 	if *update {

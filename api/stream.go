@@ -64,6 +64,8 @@ type RegistryQuery struct {
 	ID     string          `json:"id,omitempty"`
 	Limit  *int            `json:"limit,omitempty"`
 	AppID  string          `json:"app_id,omitempty"`
+	// Before pages EventHistory as EventsHistoryParams.Before does.
+	Before int64 `json:"before,omitempty"`
 }
 
 // RegistryFilter narrows a Capabilities query.
@@ -82,6 +84,8 @@ type RegistryResponse struct {
 	Events   *[]Event       `json:"events,omitempty"`
 	Health   *Pong          `json:"health,omitempty"`
 	Elements *[]ElementInfo `json:"elements,omitempty"`
+	// Next is EventsHistoryResult.Next for an Events answer.
+	Next int64 `json:"next,omitempty"`
 }
 
 // ElementInfo is spec 001's flat view of one accessibility node.

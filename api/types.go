@@ -320,6 +320,10 @@ type HealthResult struct {
 	Apps          int    `json:"app_count"`
 	Subscriptions int    `json:"subscription_count"`
 	JournalLength int64  `json:"journal_length"`
+	// AuditError is set, and Status is degraded, once an audit entry
+	// could not be written: every action is then refused until pcpd is
+	// restarted.
+	AuditError string `json:"audit_error,omitempty"`
 }
 
 // App states in apps.list.
@@ -391,6 +395,9 @@ type AppsStateResult struct {
 // AuditTailParams are the parameters of audit.tail.
 type AuditTailParams struct {
 	Limit int `json:"limit,omitempty"`
+	// Before, when not 0, asks for the entries with a seq below it: the
+	// page older than one whose Next it is.
+	Before int64 `json:"before,omitempty"`
 }
 
 // AuditEntry is one entry of the hash-chained audit log.
@@ -413,6 +420,10 @@ type AuditEntry struct {
 // AuditTailResult is the result of audit.tail.
 type AuditTailResult struct {
 	Entries []AuditEntry `json:"entries"`
+	// Next is set when the answer holds fewer entries than asked for (the
+	// limit was clamped, or the page was cut to fit a frame) and older
+	// ones exist: pass it as Before for the next page.
+	Next int64 `json:"next,omitempty"`
 }
 
 // AuditVerifyResult is the result of audit.verify.
@@ -428,6 +439,9 @@ type AuditVerifyResult struct {
 // EventsHistoryParams are the parameters of events.history.
 type EventsHistoryParams struct {
 	Limit int `json:"limit,omitempty"`
+	// Before, when not 0, asks for the events with a sequence below it:
+	// the page older than one whose Next it is.
+	Before int64 `json:"before,omitempty"`
 }
 
 // Event is one entry of the event journal.
@@ -443,6 +457,10 @@ type Event struct {
 // EventsHistoryResult is the result of events.history.
 type EventsHistoryResult struct {
 	Events []Event `json:"events"`
+	// Next is set when the answer holds fewer events than asked for (the
+	// limit was clamped, or the page was cut to fit a frame) and older
+	// ones exist: pass it as Before for the next page.
+	Next int64 `json:"next,omitempty"`
 }
 
 // SessionAuthenticateParams are the parameters of session.authenticate.
@@ -540,11 +558,18 @@ type Job struct {
 // JobsListParams are the parameters of jobs.list.
 type JobsListParams struct {
 	Limit int `json:"limit,omitempty"`
+	// Before, when not empty, asks for the jobs older than this job: the
+	// page after one whose Next it is.
+	Before string `json:"before,omitempty"`
 }
 
 // JobsListResult is the result of jobs.list.
 type JobsListResult struct {
 	Jobs []Job `json:"jobs"`
+	// Next is set when the answer holds fewer jobs than asked for (the
+	// limit was clamped, or the page was cut to fit a frame) and older
+	// ones exist: pass it as Before for the next page.
+	Next string `json:"next,omitempty"`
 }
 
 // JobsUndoParams are the parameters of jobs.undo.

@@ -57,6 +57,13 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 // genesis is the prev_hash of entry 1.
 var genesis = make([]byte, HashSize)
 
+// ErrUnavailable is wrapped by the errors of a log that can no longer be
+// appended to: a commit of an entry failed, and the log refuses every
+// later entry until it is reopened. The broker then refuses every action
+// (it fails closed); an error that does not wrap it failed one record
+// alone.
+var ErrUnavailable = errors.New("audit log unavailable")
+
 // Record is what the broker asks to append: an entry before the chain has
 // given it a seq and hashes.
 type Record struct {

@@ -334,3 +334,40 @@ func FuzzCanonicalPathsAgree(f *testing.F) {
 		}
 	})
 }
+
+// A walk resumed at any checkpoint ends where the whole walk does, and
+// an edited checkpoint entry breaks it.
+func TestResume(t *testing.T) {
+	es := chain(t, 8)
+	var whole Verifier
+	for _, e := range es {
+		if err := whole.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range len(es) + 1 {
+		var first Verifier
+		for _, e := range es[:k] {
+			first.Add(e)
+		}
+		v := Resume(first.Checkpoint())
+		from := max(k-1, 0)
+		for _, e := range es[from:] {
+			if err := v.Add(e); err != nil {
+				t.Fatalf("resumed at %d: %v", k, err)
+			}
+		}
+		if got, want := v.Result(), whole.Result(); got != want {
+			t.Errorf("resumed at %d: %+v, want %+v", k, got, want)
+		}
+	}
+	var first Verifier
+	for _, e := range es[:4] {
+		first.Add(e)
+	}
+	edited := es[3]
+	edited.Outcome = "forged"
+	if err := Resume(first.Checkpoint()).Add(edited); err == nil {
+		t.Error("an edited checkpoint entry verified")
+	}
+}

@@ -28,6 +28,7 @@ type Verifier struct {
 	n      int64  // entries that verified
 	last   int64  // seq of the last verified entry
 	prev   []byte // hash of the last verified entry; nil before entry 1
+	before []byte // hash of the entry before that one; nil before entry 2
 	broken *BreakError
 }
 
@@ -78,8 +79,37 @@ func (v *Verifier) Add(e api.AuditEntry) error {
 	}
 	v.n++
 	v.last = e.Seq
-	v.prev = h
+	v.before, v.prev = v.prev, h
 	return nil
+}
+
+// Checkpoint is a point of a chain that verified: the seq and hash of an
+// entry, the hash of the entry before it (nil for seq 1) and the number
+// of entries up to it. A verification resumed from it (Resume) checks
+// that entry again and then only the entries after it.
+type Checkpoint struct {
+	Seq     int64
+	Hash    []byte
+	Prev    []byte
+	Entries int64
+}
+
+// Checkpoint returns the last verified entry as a Checkpoint; the zero
+// Checkpoint before any entry verified.
+func (v *Verifier) Checkpoint() Checkpoint {
+	return Checkpoint{Seq: v.last, Hash: v.prev, Prev: v.before, Entries: v.n}
+}
+
+// Resume returns a Verifier that continues at cp: the next entry it
+// accepts is cp's own (seq cp.Seq, chained behind cp.Prev), and its
+// result counts the cp.Entries-1 entries before it. Whether that entry
+// still has the hash it had is the caller's to check. The zero
+// Checkpoint starts at seq 1.
+func Resume(cp Checkpoint) *Verifier {
+	if cp.Seq == 0 {
+		return &Verifier{}
+	}
+	return &Verifier{n: cp.Entries - 1, last: cp.Seq - 1, prev: cp.Prev}
 }
 
 // breakAt records the first break. A non-positive seq (which the result

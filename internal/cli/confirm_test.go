@@ -71,17 +71,37 @@ func TestConfirmations(t *testing.T) {
 		t.Errorf("confirm with none: got %q, want no confirmations", got)
 	}
 
-	// pcpctl as the agent is told to ask the user; the user says no.
+	// pcpctl as the agent is told to ask the user. Its confirmation ends
+	// with its connection, so the user has nothing left to decide.
+	watcher := dialAgent(ctx, t, d)
+	if _, err := watcher.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventConfirmationExpired}}); err != nil {
+		t.Fatal(err)
+	}
 	_, _, err := d.run(t, "invoke", "org.example.mail.ping")
+	gone := confirmationID(t, err)
+	select {
+	case n := <-watcher.Notifications():
+		if !strings.Contains(string(n.Params), gone) {
+			t.Fatalf("got %s %s, want %s expired", n.Method, n.Params, gone)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("confirmation %s of a closed connection did not expire", gone)
+	}
+	if _, _, err := d.run(t, "confirm", "approve", gone); err == nil {
+		t.Errorf("approving %s, whose connection closed, succeeded", gone)
+	}
+
+	// An agent that keeps its connection asks; the user says no.
+	agent := dialAgent(ctx, t, d)
+	invoke := &api.InvokeCapabilityParams{CapabilityID: "org.example.mail.ping", AppID: "org.example.mail"}
+	_, err = agent.InvokeCapability(ctx, invoke)
 	denied := confirmationID(t, err)
 	out := d.mustRun(t, "confirm", "deny", denied, "--reason", "not now")
 	if want := "denied " + denied + ": org.example.mail.ping"; !strings.HasPrefix(out, want) || !strings.Contains(out, `"not now"`) {
 		t.Errorf("confirm deny: got %q, want it to start with %q and give the reason", out, want)
 	}
 
-	// An agent that keeps its connection asks again.
-	agent := dialAgent(ctx, t, d)
-	invoke := &api.InvokeCapabilityParams{CapabilityID: "org.example.mail.ping", AppID: "org.example.mail"}
+	// It asks again.
 	_, err = agent.InvokeCapability(ctx, invoke)
 	pending := confirmationID(t, err)
 

@@ -67,6 +67,10 @@ func (b *Broker) RegisterAdapter(ctx context.Context, p *api.RegisterAdapterPara
 	if sess == nil || sess.ep.Adapter == nil {
 		return nil, api.Errorf(api.CodeInvalidRequest, nil, "an adapter must be served on a connection")
 	}
+	// A binding is audited: the connection's limit bounds how many.
+	if err := b.limits.connection(sess, b.now()); err != nil {
+		return nil, err
+	}
 	if err := b.bindAdapter(ctx, *p, sess.ep.Adapter, sess); err != nil {
 		return nil, err
 	}
@@ -171,6 +175,9 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 		return nil, api.MissingParam("action")
 	case p.SurfaceID == "":
 		return nil, api.MissingParam("surface_id")
+	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
 	}
 	start := b.now()
 	if err := b.limits.connection(SessionFrom(ctx), start); err != nil {
@@ -288,6 +295,9 @@ func (b *Broker) Health(ctx context.Context) (*api.HealthResult, error) {
 	ads := append([]*adapterEntry(nil), b.adapters...)
 	b.mu.RUnlock()
 	res.JournalLength = b.store.JournalLength()
+	if res.AuditError = b.auditHealth(); res.AuditError != "" {
+		res.Status = api.HealthDegraded
+	}
 	for _, ad := range ads {
 		h := api.AdapterHealth{AdapterID: ad.info.AdapterID, SurfaceType: ad.info.SurfaceType, SupportedTiers: ad.info.SupportedTiers, Status: api.HealthOK}
 		if hc, ok := ad.adapter.(interface{ Healthy(context.Context) error }); ok {
@@ -299,34 +309,4 @@ func (b *Broker) Health(ctx context.Context) (*api.HealthResult, error) {
 		res.Adapters = append(res.Adapters, h)
 	}
 	return res, nil
-}
-
-// AuditTail returns the newest audit entries.
-func (b *Broker) AuditTail(ctx context.Context, p *api.AuditTailParams) (*api.AuditTailResult, error) {
-	n := p.Limit
-	switch {
-	case n < 0:
-		return nil, api.InvalidParam("limit", "must not be negative")
-	case n == 0:
-		n = 20
-	case n > 10000:
-		n = 10000
-	}
-	es, err := b.store.AuditTail(ctx, n)
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the audit log: " + err.Error()}
-	}
-	if es == nil {
-		es = []api.AuditEntry{}
-	}
-	return &api.AuditTailResult{Entries: es}, nil
-}
-
-// AuditVerify walks the whole chain as stored on disk.
-func (b *Broker) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error) {
-	r, err := b.store.VerifyAudit(ctx)
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "verifying the audit log: " + err.Error()}
-	}
-	return &r, nil
 }

@@ -7,9 +7,10 @@
 // a call without one acts as an anonymous agent with the least privilege.
 //
 // Every invocation, whichever face it came from (invoke.capability,
-// spec 001's ExecuteRequest, a queued job), runs one pipeline: resolve the
-// owner, apply limits, parameters and the trust level (confirmation,
-// deferral), execute under the capability's timeout, audit, publish. The
+// spec 001's ExecuteRequest, a queued job), runs one pipeline: the audit
+// gate and the connection's limit, resolve the owner, the app's limit,
+// parameters and the trust level (confirmation, deferral), execute under
+// the capability's timeout, audit (refusals in aggregate), publish. The
 // execution step is spec 001's dispatch, in this order (see dispatch.go):
 // in-process services; the system and compositor domains through the
 // PlatformAdapter; an app's native channel (a Tier 1 socket or a JSON-RPC
@@ -21,7 +22,8 @@
 // serialises event publication so sequence numbers reach every subscriber
 // in order. b.confMu guards confirmations, b.jobMu queued jobs, a
 // Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
-// and Session.mu; b.jobMu and the limiters' lock are leaves. Providers,
+// and Session.mu; b.jobMu and the limiters' lock are leaves; the audit gate is an
+// atomic. Providers,
 // adapters, a connection's roles (Endpoint) and store calls that wait for
 // a commit are never called while holding any of them (Journal.AppendEvent,
 // which only queues, is called under b.evMu so the journal keeps sequence
@@ -37,6 +39,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -75,15 +78,16 @@ type AppStore interface {
 // AuditLog is the hash-chained audit log.
 type AuditLog interface {
 	AppendAudit(ctx context.Context, r audit.Record) (api.AuditEntry, error)
-	AuditTail(ctx context.Context, n int) ([]api.AuditEntry, error)
+	AuditBefore(ctx context.Context, before int64, n int) ([]api.AuditEntry, error)
 	VerifyAudit(ctx context.Context) (api.AuditVerifyResult, error)
+	VerifyAuditIncremental(ctx context.Context) (api.AuditVerifyResult, error)
 }
 
 // Journal is the bounded event journal. AppendEvent is called under
 // b.evMu, so it must not wait for I/O.
 type Journal interface {
 	AppendEvent(ev api.Event)
-	RecentEvents(ctx context.Context, limit int) ([]api.Event, error)
+	EventsBefore(ctx context.Context, before int64, limit int) ([]api.Event, error)
 	JournalLength() int64
 	LastEventSeq(ctx context.Context) (int64, error)
 }
@@ -91,7 +95,7 @@ type Journal interface {
 // JobStore keeps deferred jobs.
 type JobStore interface {
 	SaveJob(ctx context.Context, j stored.Job) error
-	Jobs(ctx context.Context, limit int) ([]stored.Job, error)
+	JobsBefore(ctx context.Context, before string, limit int) ([]stored.Job, error)
 	Job(ctx context.Context, id string) (stored.Job, bool, error)
 	InterruptJobs(ctx context.Context, now time.Time, reason string) ([]stored.Job, error)
 }
@@ -189,6 +193,9 @@ type Broker struct {
 	// jobMu guards jobs (the queued and running ones) and their fields.
 	jobMu sync.Mutex
 	jobs  map[string]*job
+
+	// gate refuses every action once an audit append has failed.
+	gate auditGate
 }
 
 // New loads persisted state and returns a running broker.
@@ -324,6 +331,9 @@ func (b *Broker) Close() {
 		}
 	}
 	b.jobMu.Unlock()
+	// The refusals counted since the last written entry are written now,
+	// or they would never be.
+	b.flushRefusals(context.Background(), "")
 }
 
 // audit appends r and waits for it to be committed. The reply to the
@@ -336,6 +346,9 @@ func (b *Broker) audit(ctx context.Context, r audit.Record) error {
 	_, err := b.store.AppendAudit(context.WithoutCancel(ctx), r)
 	if err != nil {
 		b.log.Error("audit append failed", "kind", r.Kind, "app_id", r.AppID, "err", err)
+		if errors.Is(err, audit.ErrUnavailable) {
+			return b.auditUnavailable(err)
+		}
 		return &api.Error{Code: api.CodeInternalError, Message: "audit log unavailable: " + err.Error()}
 	}
 	return nil

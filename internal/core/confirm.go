@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"time"
 
@@ -14,9 +15,20 @@ import (
 // and then how long an approval waits to be used.
 const DefaultConfirmationTTL = 2 * time.Minute
 
-// maxPendingPerSession bounds the confirmations one connection may have
-// waiting, so an agent cannot bury the user in prompts.
-const maxPendingPerSession = 32
+// Bounds on the confirmations waiting for the user, so that no agent can
+// bury the user in prompts: per connection, per agent (the peer's uid on
+// a Unix socket; each TCP session is an agent of its own) and in total.
+// A request over a bound is refused with RATE_LIMITED, scope
+// "confirmations", naming the bound in "per".
+const (
+	maxPendingPerSession = 32
+	maxPendingPerAgent   = 64
+	maxPendingTotal      = 128
+)
+
+// endedReason is the reason given to a confirmation whose connection
+// closed while it was pending.
+const endedReason = "the connection that asked for it closed"
 
 // timeFormat is how confirmations and jobs write times.
 const timeFormat = time.RFC3339Nano
@@ -34,6 +46,12 @@ type confirmation struct {
 	expires time.Time
 	decided chan struct{} // closed when approved or denied
 	stop    func() bool   // cancels the expiry timer
+	// waiters counts the requests waiting on the decision by id
+	// (confirmGate with wait_ms).
+	waiters int
+	// orphaned is set when the session that asked closed while requests
+	// still waited on the confirmation: the last of them to leave ends it.
+	orphaned bool
 }
 
 // confirmGate applies a confirm trust level. It returns nil when the
@@ -51,6 +69,7 @@ func (b *Broker) confirmGate(ctx context.Context, p *api.InvokeCapabilityParams,
 		if match && cf.info.State == api.ConfirmPending && p.WaitMS > 0 {
 			wait := min(time.Duration(min(p.WaitMS, api.MaxConfirmationWaitMS))*time.Millisecond, cf.expires.Sub(b.now()))
 			decided := cf.decided
+			cf.waiters++
 			b.confMu.Unlock()
 			if wait > 0 {
 				t := time.NewTimer(wait)
@@ -62,6 +81,13 @@ func (b *Broker) confirmGate(ctx context.Context, p *api.InvokeCapabilityParams,
 				t.Stop()
 			}
 			b.confMu.Lock()
+			cf.waiters--
+			if cf.orphaned && cf.waiters == 0 && b.endLocked(cf) {
+				info := cf.info
+				b.confMu.Unlock()
+				b.confirmationChanged(ctx, info, "")
+				b.confMu.Lock()
+			}
 		}
 		if match {
 			if b.expireLocked(cf, b.now()) {
@@ -138,24 +164,107 @@ func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilit
 		decided: make(chan struct{}),
 	}
 	b.confMu.Lock()
-	pending := 0
-	for _, o := range b.confs {
-		if o.session == sess && o.info.State == api.ConfirmPending {
-			pending++
-		}
-	}
-	if pending >= maxPendingPerSession {
+	if err := b.pendingBoundLocked(sess, ttl); err != nil {
 		b.confMu.Unlock()
-		return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "confirmations", "pending": pending, "retry_after_ms": ttl.Milliseconds()},
-			"%d confirmations are already waiting for the user", pending)
+		return err
 	}
 	b.confs[cf.info.ConfirmationID] = cf
 	cf.stop = b.afterFunc(ttl, func() { b.expire(cf.info.ConfirmationID) })
+	info := cf.info
 	b.confMu.Unlock()
-	if err := b.confirmationChanged(ctx, cf.info, ""); err != nil {
+	err := b.confirmationChanged(ctx, info, "")
+	// A connection that closed while it asked must not leave its prompt
+	// behind: its close either saw the confirmation, or is seen here.
+	sess.mu.Lock()
+	gone := sess.closed
+	sess.mu.Unlock()
+	if gone {
+		b.endConfirmations(sess)
+	}
+	if err != nil {
 		return err
 	}
-	return confirmationRequired(cf.info)
+	return confirmationRequired(info)
+}
+
+// agentOf names the agent a session speaks for, for the per-agent bound:
+// the peer's uid on a Unix socket, else the session itself.
+func agentOf(s *Session) string {
+	if s.Info.Transport == "unix" && s.Info.UID >= 0 {
+		return fmt.Sprintf("uid:%d", s.Info.UID)
+	}
+	return "session:" + s.ID
+}
+
+// pendingBoundLocked refuses a new confirmation for sess when a bound on
+// the pending ones is reached. b.confMu must be held.
+func (b *Broker) pendingBoundLocked(sess *Session, ttl time.Duration) error {
+	agent := agentOf(sess)
+	var perSession, perAgent, total int
+	for _, o := range b.confs {
+		if o.info.State != api.ConfirmPending {
+			continue
+		}
+		total++
+		if o.session == sess {
+			perSession++
+		}
+		if agentOf(o.session) == agent {
+			perAgent++
+		}
+	}
+	refuse := func(per string, pending int, format string) error {
+		return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "confirmations", "per": per, "pending": pending, "retry_after_ms": ttl.Milliseconds()},
+			format, pending)
+	}
+	switch {
+	case perSession >= maxPendingPerSession:
+		return refuse("connection", perSession, "%d confirmations are already waiting for the user")
+	case perAgent >= maxPendingPerAgent:
+		return refuse("agent", perAgent, "%d confirmations of this agent are already waiting for the user")
+	case total >= maxPendingTotal:
+		return refuse("daemon", total, "%d confirmations are already waiting for the user, as many as pcpd keeps")
+	}
+	return nil
+}
+
+// endConfirmations ends the pending confirmations s asked for, now that
+// it has closed: nobody can use their approval. One that a request still
+// waits on by id ends when the last such request leaves (confirmGate).
+func (b *Broker) endConfirmations(s *Session) {
+	var ended []api.Confirmation
+	b.confMu.Lock()
+	for id, cf := range b.confs {
+		if cf.session != s || cf.info.State != api.ConfirmPending {
+			continue
+		}
+		if cf.waiters > 0 {
+			cf.orphaned = true
+			continue
+		}
+		if b.endLocked(cf) {
+			ended = append(ended, cf.info)
+			delete(b.confs, id)
+		}
+	}
+	b.confMu.Unlock()
+	for _, info := range ended {
+		b.confirmationChanged(context.Background(), info, "")
+	}
+}
+
+// endLocked expires a pending confirmation whose connection closed,
+// reporting whether it did. b.confMu must be held; the caller announces
+// the change.
+func (b *Broker) endLocked(cf *confirmation) bool {
+	if cf.info.State != api.ConfirmPending {
+		return false
+	}
+	cf.info.State, cf.info.Reason = api.ConfirmExpired, endedReason
+	if cf.stop != nil {
+		cf.stop()
+	}
+	return true
 }
 
 func (b *Broker) confirmationTTL() time.Duration { return b.confirmationExpiry() }
@@ -277,6 +386,9 @@ func (b *Broker) decide(ctx context.Context, p *api.ConfirmDecisionParams, state
 	}
 	if p.ConfirmationID == "" {
 		return nil, api.MissingParam("confirmation_id")
+	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
 	}
 	b.sweepConfirmations()
 	b.confMu.Lock()

@@ -327,3 +327,63 @@ func TestConfirmationTableStaysBounded(t *testing.T) {
 		t.Errorf("%d confirmations kept for 200 requests, want at most 40", n)
 	}
 }
+
+// Each TCP session is an agent of its own; the total bound still holds.
+func TestConfirmationsBoundedInTotal(t *testing.T) {
+	w := newMailWorld(t, "")
+	refused := map[string]int{}
+	for s := range 6 {
+		ctx := WithSession(context.Background(), w.b.OpenSession(SessionInfo{Transport: "tcp", Remote: fmt.Sprintf("127.0.0.1:%d", 5000+s), UID: -1, PID: -1}, (&recPeer{}).endpoint()))
+		for i := range 33 {
+			_, err := w.send(ctx, fmt.Sprintf("%d-%d@example.com", s, i), "")
+			var pe *api.Error
+			if errors.As(err, &pe) && pe.Code == api.CodeRateLimited {
+				refused[fmt.Sprint(pe.DataMap()["per"])]++
+			}
+		}
+	}
+	if n := w.b.PendingConfirmations(); n != maxPendingTotal {
+		t.Errorf("%d confirmations pending, want the total bound %d", n, maxPendingTotal)
+	}
+	if refused["connection"] != 4 || refused["daemon"] != 6*33-maxPendingTotal-4 {
+		t.Errorf("refusals by bound: %v", refused)
+	}
+}
+
+// A confirmation that a request waits on by id outlives the connection
+// that asked until the request leaves; then it ends.
+func TestConfirmationEndsAfterItsLastWaiter(t *testing.T) {
+	w := newMailWorld(t, "")
+	sess := w.b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 7}, (&recPeer{}).endpoint())
+	ctx, cancel := context.WithCancel(WithSession(context.Background(), sess))
+	_, err := w.send(ctx, "a@example.com", "")
+	id := required(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.b.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: "org.example.mail.send", AppID: "org.example.mail",
+			Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"to":"a@example.com"}`), ConfirmationID: id, WaitMS: 30000})
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		w.b.confMu.Lock()
+		defer w.b.confMu.Unlock()
+		return w.b.confs[id].waiters == 1
+	})
+	sess.Close()
+	if n := w.b.PendingConfirmations(); n != 1 {
+		t.Fatalf("%d pending after the close, want 1: a request still waits on it", n)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, api.ErrConfirmationExpired) {
+		t.Errorf("the waiter got %v, want CONFIRMATION_EXPIRED", err)
+	}
+	if n := w.b.PendingConfirmations(); n != 0 {
+		t.Errorf("%d pending after the last waiter left, want 0", n)
+	}
+	res, _ := w.b.Confirmations(w.user)
+	for _, c := range res.Confirmations {
+		if c.ConfirmationID == id && (c.State != api.ConfirmExpired || c.Reason != endedReason) {
+			t.Errorf("the confirmation is %s (%q), want expired: %s", c.State, c.Reason, endedReason)
+		}
+	}
+}

@@ -237,23 +237,12 @@ func (b *Broker) publish(eventType, appID, surfaceID string, data any) {
 	}
 }
 
-// EventHistory returns the newest events of the journal.
+// EventHistory returns the newest events of the journal, oldest first, a
+// page at a time (see api.EventsHistoryParams).
 func (b *Broker) EventHistory(ctx context.Context, p *api.EventsHistoryParams) (*api.EventsHistoryResult, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return nil, api.InvalidParam("limit", "must not be negative")
-	case limit == 0:
-		limit = 100
-	case limit > 10000:
-		limit = 10000
-	}
-	evs, err := b.store.RecentEvents(ctx, limit)
+	evs, next, err := readPage(ctx, b, p.Limit, p.Before, 100, "the event journal", b.store.EventsBefore, func(ev *api.Event) int64 { return ev.Sequence })
 	if err != nil {
-		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading the event journal: " + err.Error()}
+		return nil, err
 	}
-	if evs == nil {
-		evs = []api.Event{}
-	}
-	return &api.EventsHistoryResult{Events: evs}, nil
+	return &api.EventsHistoryResult{Events: evs, Next: next}, nil
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/pcp-dev/pcp/internal/manifest"
 )
 
-// InvokeCapability runs a capability through the invocation pipeline:
-// validate the request, resolve the capability, apply its trust level,
-// check its parameters, dispatch (see dispatch.go) with a timeout, audit
+// InvokeCapability runs a capability through the invocation pipeline
+// (see pipeline): limit, resolve the capability, check its parameters,
+// apply its trust level, dispatch (see dispatch.go) with a timeout, audit
 // the outcome and publish capability.invoked. The reply is returned only
 // after the audit entry is committed.
 func (b *Broker) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
@@ -41,87 +41,101 @@ func (b *Broker) Execute(ctx context.Context, p *api.ExecuteRequest) (*api.Capab
 	}, true)
 }
 
-// pipeline is InvokeCapability's body. anyOwner is set for Execute:
-// p.AppID is then the optional target, and empty means the registry's
-// owner or the detected one.
+// invocation is one call as it moves through the pipeline's stages
+// (see pipeline); each stage fills in what it learns.
+type invocation struct {
+	p *api.InvokeCapabilityParams
+	// anyOwner is set for Execute: p.AppID is then the optional target,
+	// and empty means the registry's owner or the detected one.
+	anyOwner bool
+	sess     *Session
+	start    time.Time
+	// c is the capability in its effective form (the user's policy
+	// applied); nil until resolved.
+	c *api.Capability
+	// t is where the invocation is sent, once resolved.
+	t dispatchTarget
+	// route is the route the audit entry names: the one chosen, then the
+	// one taken; empty while none is.
+	route string
+	// ran is set once the invocation reached execution (dispatch, or a
+	// job queued to run later). An invocation that fails before is a
+	// refusal: nothing was done, and refusals are audited in aggregate.
+	ran bool
+}
+
+// pipeline is the invocation pipeline shared by InvokeCapability and
+// Execute. Its stages, in order: check the request's shape (not
+// audited: nothing is known yet), the audit gate (fail closed), the
+// connection's rate limit, resolve the capability and its route, the
+// per-app rate limit, validate the parameters, apply the trust level,
+// execute, and audit and publish the outcome.
 func (b *Broker) pipeline(ctx context.Context, p *api.InvokeCapabilityParams, anyOwner bool) (*api.CapabilityResult, error) {
+	if err := checkInvocation(ctx, p); err != nil {
+		return nil, err
+	}
+	// Nothing runs while its audit entry could not be written.
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
+	}
+	inv := &invocation{p: p, anyOwner: anyOwner, sess: SessionFrom(ctx), start: b.now()}
+	res, err := b.run(ctx, inv)
+	return b.record(ctx, inv, res, err)
+}
+
+// checkInvocation checks what a request must carry whatever it invokes.
+func checkInvocation(ctx context.Context, p *api.InvokeCapabilityParams) error {
 	switch {
 	case p.Source == "":
-		return nil, api.MissingParam("source")
+		return api.MissingParam("source")
 	case !p.Source.Valid():
-		return nil, api.InvalidParam("source", "unknown InvocationSource %q; the only source is %q", p.Source, api.SourceSystemIntelligence)
+		return api.InvalidParam("source", "unknown InvocationSource %q; the only source is %q", p.Source, api.SourceSystemIntelligence)
 	}
 	if len(p.Params) > 0 && string(p.Params) != "null" && firstByte(p.Params) != '{' {
-		return nil, api.InvalidParam("params", "must be an object")
+		return api.InvalidParam("params", "must be an object")
 	}
 	if p.Admin && roleOf(ctx) != RoleUser {
-		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"field": "admin", "required_role": "user"},
+		return api.Errorf(api.CodePermissionDenied, map[string]any{"field": "admin", "required_role": "user"},
 			"admin: only the user may invoke as admin; use the control socket")
 	}
-	start := b.now()
-	res, c, route, err := b.invoke(ctx, p, anyOwner)
-	appID := p.AppID
-	if c != nil {
-		appID = c.AppID
+	return nil
+}
+
+// run takes inv through the stages from the connection's limit to
+// execution. The connection's limit comes first, so that no refusal,
+// however early, costs more than a token: resolving may ask the
+// accessibility adapters, which may walk a whole tree.
+func (b *Broker) run(ctx context.Context, inv *invocation) (*api.CapabilityResult, error) {
+	if err := b.limits.connection(inv.sess, inv.start); err != nil {
+		return nil, err
 	}
-	suppressed := 0
-	if errors.Is(err, api.ErrRateLimited) {
-		// A flood must not flood the audit log: one entry a second per
-		// limit, counting the rejections it stands for.
-		key := "conn:inproc"
-		if s := SessionFrom(ctx); s != nil {
-			key = "conn:" + s.ID
-		}
-		if scope, _ := api.AsError(err).DataMap()["scope"].(string); scope == "app" {
-			key = "app:" + string(p.Source) + ":" + appID
-		}
-		var write bool
-		if write, suppressed = b.limits.shouldAudit(key, start); !write {
+	if err := b.resolve(ctx, inv); err != nil {
+		return nil, err
+	}
+	// The daemon's own services answer from memory; the connection limit
+	// bounds them. The per-app limit protects apps and the platform.
+	if inv.t.route != routeInProcess {
+		if err := b.limits.app(inv.p.Source, inv.c.AppID, b.now()); err != nil {
 			return nil, err
 		}
 	}
-	kind := "invoke"
-	if p.Admin {
-		kind = "invoke_admin"
+	if err := validate(inv); err != nil {
+		return nil, err
 	}
-	rec := audit.Record{
-		Time: start, Kind: kind, Source: string(p.Source), Actor: SessionFrom(ctx).Actor(),
-		AppID: appID, CapabilityID: p.CapabilityID, ParamsDigest: audit.ParamsDigest(p.Params),
-		Duration: b.now().Sub(start),
+	if res, err := b.applyTrust(ctx, inv); res != nil || err != nil {
+		return res, err
 	}
-	outcome := ""
-	detail := map[string]any{}
-	if route != "" {
-		detail["route"] = route
-	}
-	if err != nil {
-		e := api.AsError(err)
-		err = e
-		outcome = e.Code.Name()
-		detail["error"] = e.Message
-		if suppressed > 0 {
-			detail["suppressed_since_last_entry"] = suppressed
-		}
-	} else {
-		outcome = res.Status
-	}
-	rec.Detail = detailJSON(detail)
-	rec.Outcome = outcome
-	if aerr := b.audit(ctx, rec); aerr != nil {
-		return nil, aerr
-	}
-	if c != nil {
-		b.publish(api.EventCapabilityInvoked, appID, "", &invokedEvent{
-			AppID: appID, CapabilityID: p.CapabilityID, DurationMS: rec.Duration.Milliseconds(),
-			Outcome: outcome, Source: string(p.Source),
-		})
-	}
+	inv.ran = true
+	res, route, err := b.dispatch(ctx, inv.c, inv.t, inv.p.Source, inv.p.Params)
+	inv.route = route
 	return res, err
 }
 
-// invoke resolves and dispatches; c is nil when no capability was found,
-// route empty when the invocation failed before a route was chosen.
-func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams, anyOwner bool) (*api.CapabilityResult, *api.Capability, string, error) {
+// resolve finds the capability and its route: the registry's, or for an
+// id the registry does not hold for the app named, the platform domain's
+// refusal or the accessibility adapters' detection (see dispatch.go).
+func (b *Broker) resolve(ctx context.Context, inv *invocation) error {
+	p := inv.p
 	b.mu.RLock()
 	ce := b.caps[p.CapabilityID]
 	appID := p.AppID
@@ -142,101 +156,163 @@ func (b *Broker) invoke(ctx context.Context, p *api.InvokeCapabilityParams, anyO
 	access := b.access
 	b.mu.RUnlock()
 
-	var (
-		t           dispatchTarget
-		connChecked bool
-	)
 	switch {
 	case revoked:
-		return nil, nil, "", api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": appID, "revoked": true, "reason": rev.Reason}, "app %s is revoked", appID)
+		return revokedError(appID, rev.Reason)
 	case owned:
 		// The user's policy decides the trust level and timeout.
 		c = b.effective(c, p.Source)
-		var err error
-		if t, err = routeOf(&c, provider, builtin, access); err != nil {
-			return nil, &c, "", err
+		inv.c = &c
+		t, err := routeOf(&c, provider, builtin, access)
+		if err != nil {
+			return err
 		}
-	case ce != nil && !anyOwner && !appKnown:
-		return nil, nil, "", api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": appID}, "app %s is not registered", appID)
+		inv.setTarget(t)
+		return nil
+	case ce != nil && !inv.anyOwner && !appKnown:
+		return api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": appID}, "app %s is not registered", appID)
 	case ce != nil:
 		// Registered, but to another app than the one named.
-		return nil, nil, "", api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": p.CapabilityID, "app_id": appID},
+		return api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": p.CapabilityID, "app_id": appID},
 			"app %s has no capability %s", appID, p.CapabilityID)
-	default:
-		if len(access) > 0 && platformDomain(appID) == "" {
-			// Detection asks the adapters, which may walk a whole
-			// accessibility tree: the connection's limit comes first, so
-			// a flood of unknown ids does not reach them.
-			if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
-				return nil, nil, "", err
-			}
-			connChecked = true
-		}
-		var err error
-		if c, t, err = b.unregistered(ctx, p, appID, appKnown, access); err != nil {
-			return nil, nil, "", err
-		}
 	}
-	route := t.route
-	if t.route == routeAccessibility && len(t.access) == 0 {
-		// No route can be taken; the app is reported as not running below.
-		route = ""
+	c, t, err := b.unregistered(ctx, p, appID, appKnown, access)
+	if err != nil {
+		return err
 	}
+	inv.c = &c
+	inv.setTarget(t)
+	return nil
+}
 
-	now := b.now()
-	if !connChecked {
-		if err := b.limits.connection(SessionFrom(ctx), now); err != nil {
-			return nil, &c, route, err
-		}
+// setTarget records the route chosen. An accessibility route without
+// adapters cannot be taken: the app is reported as not running, and no
+// route is named.
+func (inv *invocation) setTarget(t dispatchTarget) {
+	inv.t, inv.route = t, t.route
+	if t.route == routeAccessibility && len(t.access) == 0 {
+		inv.route = ""
 	}
-	// The daemon's own services answer from memory; the connection limit
-	// bounds them. The per-app limit protects apps and the platform.
-	if t.route != routeInProcess {
-		if err := b.limits.app(p.Source, c.AppID, now); err != nil {
-			return nil, &c, route, err
-		}
-	}
+}
+
+func revokedError(appID, reason string) error {
+	return api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": appID, "revoked": true, "reason": reason}, "app %s is revoked", appID)
+}
+
+// validate checks an invocation's parameters against the capability, and
+// that its route can be taken. It runs before the trust level: the user
+// is not asked to approve what cannot run.
+func validate(inv *invocation) error {
+	c, t := inv.c, inv.t
 	// A detected capability declares no parameters: there is nothing to
 	// check them against.
 	if t.registered {
-		if err := manifest.CheckParams(c.ID, c.Parameters, p.Params); err != nil {
-			return nil, &c, route, err
+		if err := manifest.CheckParams(c.ID, c.Parameters, inv.p.Params); err != nil {
+			return err
 		}
 	}
-	// Checked before the trust level: the user is not asked to approve
-	// what cannot run.
 	if t.route == routeAccessibility && len(t.access) == 0 {
-		return nil, &c, route, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": c.AppID, "running": false}, "app %s is not running", c.AppID)
+		return api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": c.AppID, "running": false}, "app %s is not running", c.AppID)
 	}
 	if t.provider == nil {
-		if _, err := elementFromParams(p.Params); err != nil {
-			return nil, &c, route, err
+		if _, err := elementFromParams(inv.p.Params); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// applyTrust applies the capability's trust level: deny refuses; confirm
+// asks the user, or consumes the approval the caller presents, and then
+// queues a capability with an undo window as a job, whose deferred result
+// it returns. A nil result and error mean: execute now.
+func (b *Broker) applyTrust(ctx context.Context, inv *invocation) (*api.CapabilityResult, error) {
+	c, p := inv.c, inv.p
 	switch c.TrustLevel {
 	case api.TrustDeny:
-		return nil, &c, route, api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID, "trust_level": c.TrustLevel}, "capability %s is denied by its trust level", c.ID)
+		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID, "trust_level": c.TrustLevel}, "capability %s is denied by its trust level", c.ID)
 	case api.TrustConfirm:
 		if p.Admin {
 			// The user asked for it themselves: there is nobody else to ask.
-			break
+			return nil, nil
 		}
-		if t.route == routeNative {
+		if inv.t.route == routeNative {
 			// The user is not asked to approve what the app would refuse.
-			if err := validateNative(ctx, t.provider, &c, p.Params); err != nil {
-				return nil, &c, route, err
+			if err := validateNative(ctx, inv.t.provider, c, p.Params); err != nil {
+				return nil, err
 			}
 		}
-		if err := b.confirmGate(ctx, p, &c); err != nil {
-			return nil, &c, route, err
+		if err := b.confirmGate(ctx, p, c); err != nil {
+			return nil, err
 		}
 		if c.UndoWindowMS > 0 {
-			res, err := b.deferJob(ctx, p, &c)
-			return res, &c, route, err
+			inv.ran = true
+			return b.deferJob(ctx, p, c)
 		}
 	}
-	res, route, err := b.dispatch(ctx, &c, t, p.Source, p.Params)
-	return res, &c, route, err
+	return nil, nil
+}
+
+// record audits an invocation's outcome and publishes capability.invoked
+// when a capability was resolved; the reply goes out only after the
+// entry is committed. A refusal (an invocation that failed before it
+// ran) is audited in aggregate: per connection, kind and error code, the
+// first in each second is written, with the count of those suppressed
+// since the last entry in "suppressed_since_last_entry"; the count of
+// the others is written with the next entry, when the connection closes,
+// or when the broker closes (see limits.go).
+func (b *Broker) record(ctx context.Context, inv *invocation, res *api.CapabilityResult, err error) (*api.CapabilityResult, error) {
+	p := inv.p
+	appID := p.AppID
+	if inv.c != nil {
+		appID = inv.c.AppID
+	}
+	kind := "invoke"
+	if p.Admin {
+		kind = "invoke_admin"
+	}
+	rec := audit.Record{
+		Time: inv.start, Kind: kind, Source: string(p.Source), Actor: inv.sess.Actor(),
+		AppID: appID, CapabilityID: p.CapabilityID, ParamsDigest: audit.ParamsDigest(p.Params),
+		Duration: b.now().Sub(inv.start),
+	}
+	detail := map[string]any{}
+	if inv.route != "" {
+		detail["route"] = inv.route
+	}
+	var e *api.Error
+	if err != nil {
+		e = api.AsError(err)
+		err = e
+		rec.Outcome = e.Code.Name()
+		detail["error"] = e.Message
+	} else {
+		rec.Outcome = res.Status
+	}
+	rec.Detail = detailJSON(detail)
+	publish := inv.c != nil
+	if e != nil && !inv.ran {
+		write, suppressed := b.limits.shouldAudit(refusalKey(inv.sess, kind, e), inv.start, rec)
+		switch {
+		case !write && e.Code == api.CodeRateLimited:
+			// A flood of refusals publishes no flood of events either.
+			return nil, err
+		case write:
+			rec.Detail = withSuppressed(rec.Detail, suppressed)
+			if aerr := b.audit(ctx, rec); aerr != nil {
+				return nil, aerr
+			}
+		}
+	} else if aerr := b.audit(ctx, rec); aerr != nil {
+		return nil, aerr
+	}
+	if publish {
+		b.publish(api.EventCapabilityInvoked, appID, "", &invokedEvent{
+			AppID: appID, CapabilityID: p.CapabilityID, DurationMS: rec.Duration.Milliseconds(),
+			Outcome: rec.Outcome, Source: string(p.Source),
+		})
+	}
+	return res, err
 }
 
 // unregistered resolves a capability id the registry does not hold for
@@ -261,7 +337,7 @@ func (b *Broker) unregistered(ctx context.Context, p *api.InvokeCapabilityParams
 			rev, revoked := b.revoked[owner]
 			b.mu.RUnlock()
 			if revoked {
-				return api.Capability{}, dispatchTarget{}, api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": owner, "revoked": true, "reason": rev.Reason}, "app %s is revoked", owner)
+				return api.Capability{}, dispatchTarget{}, revokedError(owner, rev.Reason)
 			}
 			c := b.effective(detected(p.CapabilityID, owner), p.Source)
 			return c, dispatchTarget{route: routeAccessibility + ":" + ae.id, access: []*accessEntry{ae}}, nil

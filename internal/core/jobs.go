@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -94,6 +95,9 @@ func (b *Broker) runJob(id string) {
 		err error
 	)
 	switch {
+	case b.auditAvailable() != nil:
+		// Fail closed: the job's outcome could not be audited.
+		err = b.auditAvailable()
 	case revoked:
 		err = api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": rec.AppID, "revoked": true}, "app %s was revoked before the job ran", rec.AppID)
 	case ce == nil:
@@ -153,18 +157,24 @@ func jobView(j stored.Job) api.Job {
 	}
 }
 
-// Jobs lists jobs, newest first.
+// Jobs lists jobs, newest first, a page at a time (see
+// api.JobsListParams).
 func (b *Broker) Jobs(ctx context.Context, p *api.JobsListParams) (*api.JobsListResult, error) {
-	limit := p.Limit
-	switch {
-	case limit < 0:
-		return nil, api.InvalidParam("limit", "must not be negative")
-	case limit == 0:
-		limit = 50
-	case limit > 1000:
-		limit = 1000
+	limit, clamped, err := pageLimit(p.Limit, 50)
+	if err != nil {
+		return nil, err
 	}
-	recs, err := b.store.Jobs(ctx, limit)
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, err
+	}
+	if p.Before != "" {
+		if _, ok, err := b.store.Job(ctx, p.Before); err != nil {
+			return nil, &api.Error{Code: api.CodeInternalError, Message: "reading jobs: " + err.Error()}
+		} else if !ok {
+			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "before", "job_id": p.Before}, "before: no job %s", p.Before)
+		}
+	}
+	recs, err := b.store.JobsBefore(ctx, p.Before, limit+1)
 	if err != nil {
 		return nil, &api.Error{Code: api.CodeInternalError, Message: "reading jobs: " + err.Error()}
 	}
@@ -173,7 +183,16 @@ func (b *Broker) Jobs(ctx context.Context, p *api.JobsListParams) (*api.JobsList
 		out = append(out, jobView(r))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt > out[j].CreatedAt })
-	return &api.JobsListResult{Jobs: out}, nil
+	// olderPage takes the oldest first; a job carries its parameters and
+	// result, so a page may be cut to fit a frame.
+	slices.Reverse(out)
+	out, next := olderPage(out, limit, clamped)
+	slices.Reverse(out)
+	res := &api.JobsListResult{Jobs: out}
+	if next {
+		res.Next = out[len(out)-1].JobID
+	}
+	return res, nil
 }
 
 // UndoJob cancels a queued job before it runs. Only the user may.
@@ -183,6 +202,9 @@ func (b *Broker) UndoJob(ctx context.Context, p *api.JobsUndoParams) (*api.JobsU
 	}
 	if p.JobID == "" {
 		return nil, api.MissingParam("job_id")
+	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
 	}
 	b.jobMu.Lock()
 	j := b.jobs[p.JobID]

@@ -1,13 +1,19 @@
 package core
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"math"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
 )
 
 // RateLimits bound how fast invocations are accepted. A zero rate
@@ -30,7 +36,7 @@ type RateLimits struct {
 var DefaultRateLimits = RateLimits{PerApp: 50, PerAppBurst: 100, PerConnection: 500, PerConnectionBurst: 1000}
 
 // limiters holds the per-app limiters and the audit throttle for
-// rejections. mu guards its maps; it is a leaf lock.
+// refusals. mu guards its maps; it is a leaf lock.
 type limiters struct {
 	cfg RateLimits
 
@@ -41,11 +47,17 @@ type limiters struct {
 
 type appKey struct{ source, app string }
 
-// rejections throttles the audit entries of one limit's rejections: the
-// first in each second is written with the count suppressed before it.
+// rejections throttles the audit entries of one kind of refusal (see
+// refusalKey): the first in each second is written with the count
+// suppressed before it; the others are counted, and the newest of them
+// is kept so that the count can still be written when no further
+// refusal comes (flushRefusals).
 type rejections struct {
 	last       time.Time
 	suppressed int
+	// pending is the newest suppressed refusal's record; meaningful
+	// while suppressed > 0.
+	pending audit.Record
 }
 
 func newLimiters(cfg RateLimits) *limiters {
@@ -141,9 +153,28 @@ func (ls *limiters) forget(appID string) {
 	}
 }
 
-// shouldAudit reports whether a rejection under key is audited now, and
-// how many rejections under key went unaudited since the last one.
-func (ls *limiters) shouldAudit(key string, now time.Time) (bool, int) {
+// refusalKey names the aggregate a refusal is counted in: per
+// connection (or, for the per-app limit, per source and app), audit kind
+// and error code. Keys of a connection start with "conn:<id>:" so that
+// its aggregates can be flushed when it closes.
+func refusalKey(s *Session, kind string, err *api.Error) string {
+	if err.Code == api.CodeRateLimited {
+		if d := err.DataMap(); d["scope"] == "app" {
+			return fmt.Sprintf("app:%s:%v:%v", kind, d["source"], d["app_id"])
+		}
+	}
+	conn := "inproc"
+	if s != nil {
+		conn = s.ID
+	}
+	return "conn:" + conn + ":" + kind + ":" + err.Code.Name()
+}
+
+// shouldAudit reports whether a refusal under key is audited now, and
+// how many refusals under key went unaudited since the last one. A
+// refusal not audited now is kept as rec, to be written by
+// flushRefusals if no other comes.
+func (ls *limiters) shouldAudit(key string, now time.Time, rec audit.Record) (bool, int) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	r := ls.noticed[key]
@@ -153,9 +184,60 @@ func (ls *limiters) shouldAudit(key string, now time.Time) (bool, int) {
 	}
 	if !r.last.IsZero() && now.Sub(r.last) < time.Second {
 		r.suppressed++
+		r.pending = rec
 		return false, 0
 	}
 	n := r.suppressed
-	r.last, r.suppressed = now, 0
+	r.last, r.suppressed, r.pending = now, 0, audit.Record{}
 	return true, n
+}
+
+// flushRefusals takes the refusals counted but not yet written under the
+// keys with prefix (all keys for ""), and forgets those keys. Each is
+// returned as the newest refusal's record with the number of the others
+// in its detail member "suppressed_since_last_entry", the member an
+// entry written by shouldAudit carries.
+func (ls *limiters) flushRefusals(prefix string) []audit.Record {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var keys []string
+	for k := range ls.noticed {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys) // a stable order for the log
+	var out []audit.Record
+	for _, k := range keys {
+		if r := ls.noticed[k]; r.suppressed > 0 {
+			rec := r.pending
+			rec.Detail = withSuppressed(rec.Detail, r.suppressed-1)
+			out = append(out, rec)
+		}
+		delete(ls.noticed, k)
+	}
+	return out
+}
+
+// withSuppressed adds "suppressed_since_last_entry": n to a detail
+// object (none when n is 0).
+func withSuppressed(detail json.RawMessage, n int) json.RawMessage {
+	if n == 0 {
+		return detail
+	}
+	m := map[string]any{}
+	if len(detail) > 0 {
+		json.Unmarshal(detail, &m)
+	}
+	m["suppressed_since_last_entry"] = n
+	return detailJSON(m)
+}
+
+// flushRefusals writes the refusals counted under the keys with prefix
+// and not yet written (see limiters.flushRefusals). It is called when a
+// connection closes (its keys) and when the broker closes (all keys).
+func (b *Broker) flushRefusals(ctx context.Context, prefix string) {
+	for _, rec := range b.limits.flushRefusals(prefix) {
+		b.audit(ctx, rec)
+	}
 }

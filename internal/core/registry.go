@@ -95,121 +95,179 @@ func (b *Broker) AddService(svc Service) error {
 
 // RegisterCapability validates, verifies and registers a manifest. The
 // calling session serves the capabilities unless params.Serve is false.
+//
+// Its stages: check the request's shape (not audited), the audit gate,
+// the connection's rate limit, verify the manifest, check that the app
+// may be registered by this caller, save it, index it, audit and
+// announce. A registration refused at any stage is audited in aggregate,
+// as the invocation pipeline's refusals are (see record).
 func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabilityParams) (*api.RegisterCapabilityResult, error) {
+	if err := checkRegistration(p); err != nil {
+		return nil, err
+	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
+	}
+	r := &registration{p: p, sess: SessionFrom(ctx), start: b.now()}
+	if err := b.register(ctx, r); err != nil {
+		return nil, b.refuseRegistration(ctx, r, err)
+	}
+	rec := audit.Record{Kind: "register", Actor: r.sess.Actor(), AppID: p.AppID, Outcome: "success", Duration: b.now().Sub(r.start),
+		Detail: detailJSON(map[string]any{"capability_ids": r.ids, "signed": r.signed, "publisher": r.publisher, "serve": r.serve})}
+	if err := b.audit(ctx, rec); err != nil {
+		return nil, err
+	}
+	b.announceRegistration(r)
+	return &api.RegisterCapabilityResult{Registered: true, CapabilityIDs: r.ids}, nil
+}
+
+// registration is one register.capability as it moves through its
+// stages; each fills in what it learns.
+type registration struct {
+	p     *api.RegisterCapabilityParams
+	sess  *Session
+	start time.Time
+
+	m             *api.Manifest
+	signed, serve bool
+	publisher     string
+	wasRunning    bool
+	ids, removed  []string
+	caps          []api.Capability
+}
+
+// checkRegistration checks what a request must carry.
+func checkRegistration(p *api.RegisterCapabilityParams) error {
 	if p.AppID == "" {
-		return nil, api.MissingParam("app_id")
+		return api.MissingParam("app_id")
 	}
 	if len(p.Manifest) == 0 || string(p.Manifest) == "null" {
-		return nil, api.MissingParam("manifest")
+		return api.MissingParam("manifest")
 	}
-	if err := manifest.ValidateAppID(p.AppID); err != nil {
-		return nil, err
-	}
-	sess := SessionFrom(ctx)
-	start := b.now()
-	rec := audit.Record{Kind: "register", Actor: sess.Actor(), AppID: p.AppID}
-	fail := func(err error) (*api.RegisterCapabilityResult, error) {
-		rec.Outcome, rec.Duration = api.AsError(err).Code.Name(), b.now().Sub(start)
-		rec.Detail = detailJSON(map[string]any{"error": api.AsError(err).Message})
-		if aerr := b.audit(ctx, rec); aerr != nil {
-			return nil, aerr
-		}
-		return nil, err
-	}
-	m, signed, publisher, err := b.checkManifest(p.AppID, p.Manifest)
-	if err != nil {
-		return fail(err)
-	}
-	serve := p.Serve == nil || *p.Serve
-	if sess == nil || sess.ep.App == nil {
-		serve = false
-	}
+	return manifest.ValidateAppID(p.AppID)
+}
 
-	b.mu.Lock()
-	if r, ok := b.revoked[p.AppID]; ok {
-		b.mu.Unlock()
-		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID, "revoked": true, "reason": r.Reason},
-			"app %s is revoked; the user must allow it again", p.AppID))
+// register runs the stages from the rate limit to indexing.
+func (b *Broker) register(ctx context.Context, r *registration) error {
+	if err := b.limits.connection(r.sess, r.start); err != nil {
+		return err
 	}
-	old := b.apps[p.AppID]
-	if old != nil && old.owner != nil && old.owner != sess {
-		b.mu.Unlock()
-		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID},
-			"app %s is served by another connection", p.AppID))
+	var err error
+	if r.m, r.signed, r.publisher, err = b.checkManifest(r.p.AppID, r.p.Manifest); err != nil {
+		return err
 	}
-	b.mu.Unlock()
+	r.serve = (r.p.Serve == nil || *r.p.Serve) && r.sess != nil && r.sess.ep.App != nil
+	if err := b.mayRegister(r); err != nil {
+		return err
+	}
+	if err := b.store.SaveApp(ctx, stored.App{AppID: r.p.AppID, Manifest: r.p.Manifest, Publisher: r.publisher, Signed: r.signed, UpdatedAt: b.now()}); err != nil {
+		return &api.Error{Code: api.CodeInternalError, Message: "saving manifest: " + err.Error()}
+	}
+	return b.indexRegistration(ctx, r)
+}
 
-	if err := b.store.SaveApp(ctx, stored.App{AppID: p.AppID, Manifest: p.Manifest, Publisher: publisher, Signed: signed, UpdatedAt: b.now()}); err != nil {
-		return fail(&api.Error{Code: api.CodeInternalError, Message: "saving manifest: " + err.Error()})
+// mayRegister refuses a revoked app, and an app another connection
+// serves.
+func (b *Broker) mayRegister(r *registration) error {
+	appID := r.p.AppID
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if rev, ok := b.revoked[appID]; ok {
+		return api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": appID, "revoked": true, "reason": rev.Reason},
+			"app %s is revoked; the user must allow it again", appID)
 	}
-	a := &appEntry{id: p.AppID, manifest: m, raw: p.Manifest, publisher: publisher, signed: signed}
-	if serve {
+	if old := b.apps[appID]; old != nil && old.owner != nil && old.owner != r.sess {
+		return api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": appID}, "app %s is served by another connection", appID)
+	}
+	return nil
+}
+
+// indexRegistration puts the saved manifest in the registry in place of
+// the app's previous one, unless the app was revoked meanwhile.
+func (b *Broker) indexRegistration(ctx context.Context, r *registration) error {
+	appID, sess := r.p.AppID, r.sess
+	a := &appEntry{id: appID, manifest: r.m, raw: r.p.Manifest, publisher: r.publisher, signed: r.signed}
+	if r.serve {
 		a.owner = sess
 		a.provider = sessionProvider{sess}
 	}
-
 	b.mu.Lock()
-	if r, ok := b.revoked[p.AppID]; ok {
+	if rev, ok := b.revoked[appID]; ok {
 		// Revoked while we saved: the revocation wins.
 		b.mu.Unlock()
-		b.store.DeleteApp(context.WithoutCancel(ctx), p.AppID)
-		return fail(api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID, "revoked": true, "reason": r.Reason}, "app %s is revoked", p.AppID))
+		b.store.DeleteApp(context.WithoutCancel(ctx), appID)
+		return revokedError(appID, rev.Reason)
 	}
-	if serve {
+	if r.serve {
 		// A connection that closed while we saved must not be left
 		// serving: closeSession has already run for it.
 		sess.mu.Lock()
 		gone := sess.closed
 		sess.mu.Unlock()
 		if gone {
-			serve, a.owner, a.provider = false, nil, nil
+			r.serve, a.owner, a.provider = false, nil, nil
 		}
 	}
-	var removed []string
-	wasRunning := false
-	if old = b.apps[p.AppID]; old != nil {
-		wasRunning = old.provider != nil
+	old := b.apps[appID]
+	if old != nil {
+		r.wasRunning = old.provider != nil
 		b.unindexAppLocked(old)
 	}
 	b.indexAppLocked(a)
 	if old != nil {
 		for _, id := range old.capIDs {
 			if _, still := b.caps[id]; !still {
-				removed = append(removed, id)
+				r.removed = append(r.removed, id)
 			}
 		}
 	}
-	if serve {
+	if r.serve {
 		sess.mu.Lock()
-		sess.apps[p.AppID] = true
+		sess.apps[appID] = true
 		sess.mu.Unlock()
 		sess.watchLiveness()
 	}
-	ids := append([]string(nil), a.capIDs...)
-	caps := make([]api.Capability, 0, len(ids))
-	for _, id := range ids {
-		caps = append(caps, b.caps[id].Capability)
+	r.ids = append([]string(nil), a.capIDs...)
+	r.caps = make([]api.Capability, 0, len(r.ids))
+	for _, id := range r.ids {
+		r.caps = append(r.caps, b.caps[id].Capability)
 	}
 	b.mu.Unlock()
+	return nil
+}
 
-	rec.Outcome, rec.Duration = "success", b.now().Sub(start)
-	rec.Detail = detailJSON(map[string]any{"capability_ids": ids, "signed": signed, "publisher": publisher, "serve": serve})
-	if err := b.audit(ctx, rec); err != nil {
-		return nil, err
+// refuseRegistration audits a refused registration in aggregate (see
+// record) and returns the error to answer.
+func (b *Broker) refuseRegistration(ctx context.Context, r *registration, err error) error {
+	e := api.AsError(err)
+	rec := audit.Record{Time: r.start, Kind: "register", Actor: r.sess.Actor(), AppID: r.p.AppID, Outcome: e.Code.Name(),
+		Duration: b.now().Sub(r.start), Detail: detailJSON(map[string]any{"error": e.Message})}
+	write, suppressed := b.limits.shouldAudit(refusalKey(r.sess, "register", e), r.start, rec)
+	if !write {
+		return e
 	}
-	for _, id := range removed {
-		b.publish(api.EventCapabilityUnregistered, p.AppID, "", map[string]any{"capability_id": id, "app_id": p.AppID, "reason": "removed from manifest"})
+	rec.Detail = withSuppressed(rec.Detail, suppressed)
+	if aerr := b.audit(ctx, rec); aerr != nil {
+		return aerr
 	}
-	for _, c := range caps {
-		b.publish(api.EventCapabilityRegistered, p.AppID, "", map[string]any{
-			"capability_id": c.ID, "app_id": p.AppID, "name": c.Name, "tier": c.Tier, "trust_level": c.TrustLevel,
+	return e
+}
+
+// announceRegistration publishes what a registration changed.
+func (b *Broker) announceRegistration(r *registration) {
+	appID := r.p.AppID
+	for _, id := range r.removed {
+		b.publish(api.EventCapabilityUnregistered, appID, "", map[string]any{"capability_id": id, "app_id": appID, "reason": "removed from manifest"})
+	}
+	for _, c := range r.caps {
+		b.publish(api.EventCapabilityRegistered, appID, "", map[string]any{
+			"capability_id": c.ID, "app_id": appID, "name": c.Name, "tier": c.Tier, "trust_level": c.TrustLevel,
 		})
 	}
-	if serve && !wasRunning {
-		b.publish(api.EventAppConnected, p.AppID, "", map[string]any{"app_id": p.AppID})
+	if r.serve && !r.wasRunning {
+		b.publish(api.EventAppConnected, appID, "", map[string]any{"app_id": appID})
 	}
-	b.aliasAccessible(p.AppID, m.AccessibleName)
-	return &api.RegisterCapabilityResult{Registered: true, CapabilityIDs: ids}, nil
+	b.aliasAccessible(appID, r.m.AccessibleName)
 }
 
 // QueryCapabilities lists capabilities, optionally of one app and tier,
@@ -275,7 +333,15 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 	if strings.HasPrefix(p.AppID, ReservedPrefix) {
 		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": p.AppID}, "the daemon's own services cannot be revoked")
 	}
+	if err := b.auditAvailable(); err != nil {
+		return nil, err
+	}
 	start := b.now()
+	// Every revocation is audited, even of an app already revoked: the
+	// connection's limit bounds how many.
+	if err := b.limits.connection(SessionFrom(ctx), start); err != nil {
+		return nil, err
+	}
 	b.mu.RLock()
 	_, known := b.apps[p.AppID]
 	_, already := b.revoked[p.AppID]
@@ -357,6 +423,9 @@ func (b *Broker) AllowApp(ctx context.Context, p *api.AppsAllowParams) (*api.App
 		return nil, api.MissingParam("app_id")
 	}
 	if err := manifest.ValidateAppID(p.AppID); err != nil {
+		return nil, err
+	}
+	if err := b.auditAvailable(); err != nil {
 		return nil, err
 	}
 	was, err := b.store.Allow(ctx, p.AppID)

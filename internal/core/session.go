@@ -206,6 +206,7 @@ func (b *Broker) closeSession(s *Session) {
 	for _, id := range gone {
 		b.publish(api.EventAppDisconnected, id, "", map[string]any{"app_id": id})
 	}
+	b.sessionEnded(s)
 }
 
 type sessionKey struct{}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
@@ -65,15 +66,24 @@ const (
 // order. Events accepted before the call are committed first, so a
 // reader sees every event published before it asked.
 func (s *Store) RecentEvents(ctx context.Context, limit int) ([]api.Event, error) {
+	return s.EventsBefore(ctx, 0, limit)
+}
+
+// EventsBefore is RecentEvents of the events whose sequence is below
+// before (0: any).
+func (s *Store) EventsBefore(ctx context.Context, before int64, limit int) ([]api.Event, error) {
 	if limit <= 0 {
 		return nil, nil
+	}
+	if before <= 0 {
+		before = math.MaxInt64
 	}
 	if err := s.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("store: flushing event journal: %w", err)
 	}
 	rows, err := s.rdb.QueryContext(ctx, `SELECT * FROM (
-		SELECT seq, type, timestamp, app_id, surface_id, data FROM events ORDER BY seq DESC LIMIT ?
-	) ORDER BY seq`, limit)
+		SELECT seq, type, timestamp, app_id, surface_id, data FROM events WHERE seq < ? ORDER BY seq DESC LIMIT ?
+	) ORDER BY seq`, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: reading event journal: %w", err)
 	}

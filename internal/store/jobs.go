@@ -99,6 +99,29 @@ func (s *Store) Jobs(ctx context.Context, limit int) ([]stored.Job, error) {
 	return out, nil
 }
 
+// JobsBefore is Jobs of the jobs older than the job with id before (by
+// CreatedAt, then by ID), or of all jobs for an empty before. A before
+// that names no job lists none.
+func (s *Store) JobsBefore(ctx context.Context, before string, limit int) ([]stored.Job, error) {
+	if before == "" {
+		return s.Jobs(ctx, limit)
+	}
+	if limit <= 0 {
+		limit = DefaultJobsLimit
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE (created_at, id) < (SELECT created_at, id FROM jobs WHERE id = ?)
+		ORDER BY created_at DESC, id DESC LIMIT ?`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: loading jobs: %w", err)
+	}
+	out, err := scanJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: loading jobs: %w", err)
+	}
+	return out, nil
+}
+
 // Job returns the job with the given id; ok is false if there is none.
 func (s *Store) Job(ctx context.Context, id string) (j stored.Job, ok bool, err error) {
 	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id)

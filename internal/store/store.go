@@ -126,6 +126,9 @@ type Store struct {
 	// writerDone is closed when the writer goroutine returns.
 	writerDone chan struct{}
 
+	// ver is the state of audit verification (auditlog.go).
+	ver verification
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
@@ -73,6 +74,30 @@ type writer struct {
 	// spare buffers, swapped with the Store's queues on each take.
 	spareQ []*request
 	spareE []api.Event
+
+	// failed is set when an audit append fails to commit, and stays set:
+	// after that the chain this writer extends and the file may disagree
+	// (another process appended, say), so every later append is refused
+	// with it (wrapping audit.ErrUnavailable) until the store is
+	// reopened. Read by any goroutine; written under commitMu.
+	failed atomic.Pointer[error]
+}
+
+// auditFailed makes err, the failure of an audit append's commit, the
+// writer's sticky failure (if it is the first) and returns what the
+// append's caller is answered.
+func (w *writer) auditFailed(err error) error {
+	wrapped := fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
+	w.failed.CompareAndSwap(nil, &wrapped)
+	return wrapped
+}
+
+// failure returns the sticky failure, nil while appends may commit.
+func (w *writer) failure() error {
+	if p := w.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func newWriter(ctx context.Context, s *Store, jlen int64) (*writer, error) {
@@ -220,11 +245,34 @@ func (w *writer) take() ([]*request, []api.Event, bool) {
 	return reqs, evs, s.closing
 }
 
-// commit writes one batch in one transaction and then releases its
-// callers. If that fails it retries each request in a transaction of its
-// own, so that one failing request does not fail the others. Events that
-// cannot be written are dropped: nobody waits for them.
+// commit writes one batch and then releases its callers. Once the
+// writer has failed an audit append, the batch's audit appends are
+// refused with that failure and the rest is written.
 func (w *writer) commit(reqs []*request, evs []api.Event) {
+	all := reqs
+	if failed := w.failure(); failed != nil {
+		reqs = make([]*request, 0, len(all))
+		for _, r := range all {
+			if r.rec != nil {
+				r.err = failed
+				continue
+			}
+			reqs = append(reqs, r)
+		}
+	}
+	if len(reqs) > 0 || len(evs) > 0 {
+		w.write(reqs, evs)
+	}
+	w.release(all)
+}
+
+// write writes reqs and evs in one transaction. If that fails it retries
+// each request in a transaction of its own, so that one failing request
+// does not fail the others; an audit append that fails then is the
+// writer's sticky failure (auditFailed), and the appends after it are
+// refused. Events that cannot be written are dropped: nobody waits for
+// them.
+func (w *writer) write(reqs []*request, evs []api.Event) {
 	ctx := context.Background()
 	head := w.head
 	if len(reqs) == 1 && reqs[0].rec != nil && len(evs) == 0 {
@@ -233,8 +281,8 @@ func (w *writer) commit(reqs []*request, evs []api.Event) {
 		if r.err = w.apply(ctx, nil, w.insAudit, r); r.err != nil {
 			w.head = head
 			r.entry = api.AuditEntry{}
+			r.err = w.auditFailed(r.err)
 		}
-		w.release(reqs)
 		return
 	}
 	err := w.inTx(ctx, func(tx *sql.Tx) error {
@@ -259,27 +307,33 @@ func (w *writer) commit(reqs []*request, evs []api.Event) {
 		}
 		return w.journal(ctx, tx, evs)
 	})
-	if err != nil {
-		w.head = head
-		for _, r := range reqs {
-			head := w.head
-			r.err = w.inTx(ctx, func(tx *sql.Tx) error {
-				return w.apply(ctx, tx, tx.StmtContext(ctx, w.insAudit), r)
-			})
-			if r.err != nil {
-				w.head = head
-				r.entry = api.AuditEntry{}
-			}
+	if err == nil {
+		return
+	}
+	w.head = head
+	for _, r := range reqs {
+		if failed := w.failure(); failed != nil && r.rec != nil {
+			r.err, r.entry = failed, api.AuditEntry{}
+			continue
 		}
-		if len(evs) > 0 {
-			w.loadSeqs(ctx)
-			if w.inTx(ctx, func(tx *sql.Tx) error { return w.journal(ctx, tx, evs) }) != nil {
-				w.loadSeqs(ctx)
+		head := w.head
+		r.err = w.inTx(ctx, func(tx *sql.Tx) error {
+			return w.apply(ctx, tx, tx.StmtContext(ctx, w.insAudit), r)
+		})
+		if r.err != nil {
+			w.head = head
+			if r.rec != nil {
+				r.entry = api.AuditEntry{}
+				r.err = w.auditFailed(r.err)
 			}
 		}
 	}
-
-	w.release(reqs)
+	if len(evs) > 0 {
+		w.loadSeqs(ctx)
+		if w.inTx(ctx, func(tx *sql.Tx) error { return w.journal(ctx, tx, evs) }) != nil {
+			w.loadSeqs(ctx)
+		}
+	}
 }
 
 // release publishes the new chain head and wakes the batch's callers.

@@ -54,11 +54,11 @@ func (s *Server) registry(ctx context.Context, payload []byte) (*api.RegistryRes
 			}
 			limit = *q.Limit
 		}
-		r, err := s.b.EventHistory(ctx, &api.EventsHistoryParams{Limit: limit})
+		r, err := s.b.EventHistory(ctx, &api.EventsHistoryParams{Limit: limit, Before: q.Before})
 		if err != nil {
 			return nil, err
 		}
-		return &api.RegistryResponse{Kind: api.KindEvents, Events: nonNil(r.Events)}, nil
+		return &api.RegistryResponse{Kind: api.KindEvents, Events: nonNil(r.Events), Next: r.Next}, nil
 	case api.KindHealth:
 		p, err := s.pong(ctx)
 		if err != nil {
