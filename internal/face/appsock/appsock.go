@@ -199,14 +199,15 @@ func (s *Server) acceptLoop(as *appSocket) {
 }
 
 // admitLocked decides what becomes of a new connection cn: it is refused
-// (refusal set) when a live connection serves the app; otherwise it joins
+// (refusal set) when a live connection serves the app (one still
+// registering does not count: its registration may fail); otherwise it joins
 // the handshake, displacing, when MaxHandshakes are there already, the
 // oldest one that has not answered GetManifest (returned, to be told
 // why). When all of them have answered and wait for their registration,
 // which ends soon, cn is refused instead.
 func (s *Server) admitLocked(cn *conn) (refusal string, displaced *conn) {
 	as := cn.as
-	if old := as.active; old != nil && !old.isClosed() {
+	if old := as.active; old != nil && old.serving && !old.isClosed() {
 		return alreadyServed(as.appID), nil
 	}
 	if len(as.handshaking) >= MaxHandshakes {
@@ -261,9 +262,16 @@ func (s *Server) claim(cn *conn) (prev *conn, ok bool) {
 }
 
 // registered ends the handshake of cn, now the app's server, and refuses
-// the other connections still in it: the app is served.
+// the other connections still in it: the app is served. If cn has ended
+// meanwhile, the connections that came since are left to their own
+// handshakes.
 func (s *Server) registered(cn *conn) {
 	s.mu.Lock()
+	if cn.isClosed() {
+		s.mu.Unlock()
+		return
+	}
+	cn.serving = true
 	others := slices.DeleteFunc(cn.as.handshaking, func(c *conn) bool { return c == cn })
 	cn.as.handshaking = nil
 	s.mu.Unlock()

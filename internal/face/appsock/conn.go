@@ -51,9 +51,10 @@ type conn struct {
 	done  chan struct{} // closed when the connection starts to end
 	ended chan struct{} // closed when it has ended
 
-	// answered is set once the app answered GetManifest; guarded by
-	// Server.mu, which decides the handshake slots by it.
-	answered bool
+	// answered is set once the app answered GetManifest, serving once
+	// it is registered; guarded by Server.mu, which admits connections by
+	// them.
+	answered, serving bool
 	// handshakeTimeout is the Server's, set when cn is admitted.
 	handshakeTimeout time.Duration
 }
