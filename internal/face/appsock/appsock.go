@@ -74,10 +74,10 @@ type Server struct {
 	mu sync.Mutex
 	// handshakeTimeout is HandshakeTimeout; tests shorten it.
 	handshakeTimeout time.Duration
-	sockets map[string]*appSocket // by app id
-	conns   map[*conn]bool
-	closed  bool
-	wg      sync.WaitGroup
+	sockets          map[string]*appSocket // by app id
+	conns            map[*conn]bool
+	closed           bool
+	wg               sync.WaitGroup
 }
 
 type appSocket struct {
