@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -846,5 +848,57 @@ func TestServeCancel(t *testing.T) {
 			t.Errorf("Serve returned %v after cancel, want nil", err)
 		}
 		p.expectClosed()
+	})
+}
+
+// A daemon that accepts and never sends GetManifest is given up on after
+// handshakeTimeout, to the moment (a synctest bubble's fake clock, over
+// net.Pipe); and a stuck handler's slot outlives its connection.
+func TestConnTimers(t *testing.T) {
+	newConn := func(nc net.Conn, hs *handlers) *conn {
+		return &conn{appID: testApp, prefix: capPrefix, srv: &App{AppID: testApp, SignedManifest: testManifest},
+			nc: nc, socket: "pipe", manifest: testManifest, log: testLogger(t, nil), handlers: hs}
+	}
+	t.Run("handshake timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer b.Close()
+			start := time.Now()
+			connected, err := newConn(a, newHandlers()).serve(t.Context())
+			if connected || err == nil || !strings.Contains(err.Error(), "no GetManifest") {
+				t.Errorf("serve = %v, %v; want the handshake timeout", connected, err)
+			}
+			if d := time.Since(start); d != handshakeTimeout {
+				t.Errorf("gave up after %v, want %v", d, handshakeTimeout)
+			}
+		})
+	})
+	t.Run("deadline while stuck handlers hold every slot", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			hs := newHandlers()
+			for range MaxConcurrentRequests {
+				hs.running <- struct{}{} // handlers of an ended connection
+			}
+			a, b := net.Pipe()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				newConn(a, hs).serve(t.Context())
+			}()
+			p := &peer{t: t, nc: b, fr: frame.NewReader(b, 0)}
+			p.handshake()
+			start := time.Now()
+			p.expectReply(t, &tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "x", Source: api.SourceSystemIntelligence, DeadlineMS: 2000},
+				&tier1.CapabilityResultMsg{RequestID: 1, Error: &tier1.ErrorInfo{Code: int32(api.CodeExecutionTimeout), Message: "context deadline exceeded"}})
+			if d := time.Since(start); d != 2*time.Second {
+				t.Errorf("answered after %v, want the 2s deadline", d)
+			}
+			b.Close()
+			<-done
+			for range MaxConcurrentRequests {
+				<-hs.running
+			}
+			hs.wg.Wait()
+		})
 	})
 }

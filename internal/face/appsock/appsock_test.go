@@ -102,6 +102,9 @@ func (f *fixture) connect() *app {
 	return a
 }
 
+// waitState waits for the broker to list the app in state want. It polls:
+// an app's state has no event to wait on short of a subscription, whose
+// agent connection this fixture does not keep.
 func (f *fixture) waitState(want string) {
 	f.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
