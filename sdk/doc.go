@@ -50,7 +50,8 @@
 // # Shutdown and revocation
 //
 // When the daemon sends AppShutdown after the handshake (the user
-// revoked the app, or the daemon refused its manifest), Serve calls
+// revoked the app, the daemon refused its manifest, or another
+// connection with a valid manifest registered the app first), Serve calls
 // PcpServer.Shutdown with the reason and, by default, tries again: while
 // the app is revoked apps.socket answers PERMISSION_DENIED with
 // "revoked": true, which Serve retries with backoff, so the app serves
