@@ -40,7 +40,8 @@ type App struct {
 	// encode to JSON. nil reports the empty state {}.
 	State func(ctx context.Context) (map[string]any, error)
 	// OnShutdown, if set, is called when the daemon shuts the app down,
-	// with its reason, before Serve returns.
+	// with its reason (PcpServer.Shutdown), before Serve tries again or,
+	// with Options.StopOnShutdown, returns.
 	OnShutdown func(reason string)
 }
 

@@ -20,12 +20,29 @@ import (
 	"github.com/pcp-dev/pcp/internal/tier1"
 )
 
+// handlers bounds and tracks the request goroutines of one Serve call,
+// across its connections. A connection that ends does not wait for its
+// handlers: their contexts are cancelled and Serve reconnects at once. A
+// handler that ignores its context goes on until it returns, holding its
+// slot in running, so that stuck handlers, however many connections
+// come and go, never exceed MaxConcurrentRequests and a new connection's
+// requests wait for a slot (or their deadline) like any others.
+type handlers struct {
+	running chan struct{}  // a token per handler running
+	wg      sync.WaitGroup // every request goroutine; Serve waits for it
+}
+
+func newHandlers() *handlers {
+	return &handlers{running: make(chan struct{}, MaxConcurrentRequests)}
+}
+
 // conn is one connection to a per-app socket.
 //
 // Concurrency: serve runs on Serve's goroutine and is the only reader of
-// nc. Each request it admits runs on its own goroutine, which serve
-// starts and waits for (wg) before returning. wmu serializes writes to nc;
-// fmu guards failErr. Handlers never hold wmu while calling PcpServer.
+// nc. Each request it admits runs on its own goroutine, tracked by
+// handlers, which may outlive the connection; they send nothing once it
+// has ended. wmu serializes writes to nc; fmu guards failErr. Handlers
+// never hold wmu while calling PcpServer.
 type conn struct {
 	appID       string
 	prefix      string // appID + "."
@@ -35,16 +52,17 @@ type conn struct {
 	manifest    json.RawMessage // sent verbatim in every ManifestResponse
 	log         *slog.Logger
 	onConnected func(socket string)
+	// stopOnShutdown is Options.StopOnShutdown.
+	stopOnShutdown bool
+	handlers       *handlers
 
 	// ctx is cancelled when the connection ends; every handler's context
 	// derives from it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// admitted holds a token per request read and not yet answered,
-	// running holds one per handler running.
+	// admitted holds a token per request of this connection read and
+	// not yet answered.
 	admitted chan struct{}
-	running  chan struct{}
-	wg       sync.WaitGroup
 
 	wmu sync.Mutex
 
@@ -53,12 +71,12 @@ type conn struct {
 }
 
 // serve reads and dispatches the daemon's frames until the connection
-// ends, then waits for the handlers it started. connected reports whether
-// the handshake (GetManifest answered) happened.
+// ends, and cancels the handlers it started without waiting for them.
+// connected reports whether the handshake (GetManifest answered)
+// happened.
 func (c *conn) serve(parent context.Context) (connected bool, err error) {
 	c.ctx, c.cancel = context.WithCancel(parent)
 	c.admitted = make(chan struct{}, MaxPendingRequests)
-	c.running = make(chan struct{}, MaxConcurrentRequests)
 	stop := context.AfterFunc(c.ctx, func() { c.nc.Close() })
 	defer func() {
 		// Close before cancelling, so that a handler ended by the
@@ -66,7 +84,6 @@ func (c *conn) serve(parent context.Context) (connected bool, err error) {
 		c.nc.Close()
 		c.cancel()
 		stop()
-		c.wg.Wait()
 	}()
 
 	c.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
@@ -101,6 +118,12 @@ func (c *conn) serve(parent context.Context) (connected bool, err error) {
 				}
 			}
 		case *tier1.AppShutdown:
+			if !connected {
+				// Refused before any handshake: another connection serves
+				// the app. Not a shutdown of this app; try again later.
+				c.log.Info("pcpd refused the connection", "reason", m.Reason)
+				return connected, fmt.Errorf("sdk: pcpd refused the connection to %s: %s", c.socket, m.Reason)
+			}
 			return connected, c.shutdown(parent, m.Reason)
 		case *tier1.InvokeCapability, *tier1.ValidateParamsMsg, *tier1.QueryState:
 			if !connected {
@@ -130,9 +153,9 @@ func (c *conn) admit(msg any) bool {
 	if m, ok := msg.(*tier1.InvokeCapability); ok && m.DeadlineMS > 0 {
 		ctx, cancel = context.WithTimeout(c.ctx, time.Duration(m.DeadlineMS)*time.Millisecond)
 	}
-	c.wg.Add(1)
+	c.handlers.wg.Add(1)
 	go func() {
-		defer c.wg.Done()
+		defer c.handlers.wg.Done()
 		defer func() { <-c.admitted }()
 		defer cancel()
 		c.handle(ctx, msg)
@@ -143,7 +166,7 @@ func (c *conn) admit(msg any) bool {
 // handle runs one request when a handler slot is free and sends its reply.
 func (c *conn) handle(ctx context.Context, msg any) {
 	select {
-	case c.running <- struct{}{}:
+	case c.handlers.running <- struct{}{}:
 	case <-ctx.Done():
 		if c.ctx.Err() == nil { // the deadline passed while it waited
 			c.reply(msg, c.errorReply(msg, ctx.Err()))
@@ -151,7 +174,7 @@ func (c *conn) handle(ctx context.Context, msg any) {
 		return
 	}
 	reply, err := c.call(ctx, msg)
-	<-c.running
+	<-c.handlers.running
 	if err != nil {
 		c.log.Debug("request failed", "request", describe(msg), "err", err)
 		reply = c.errorReply(msg, err)
@@ -333,10 +356,12 @@ func (c *conn) protocolError(err error) error {
 	return fmt.Errorf("sdk: protocol error on %s: %w", c.socket, err)
 }
 
-// shutdown handles AppShutdown: it calls PcpServer.Shutdown and returns
-// the *ShutdownError that ends Serve. The caller closes the connection.
+// shutdown handles an AppShutdown after the handshake: it calls
+// PcpServer.Shutdown and returns a *ShutdownError, which ends Serve when
+// Options.StopOnShutdown is set and is retried otherwise. The caller
+// closes the connection.
 func (c *conn) shutdown(ctx context.Context, reason string) error {
-	c.log.Info("pcpd shut the app down", "reason", reason)
+	c.log.Info("pcpd shut the app down", "reason", reason, "stop", c.stopOnShutdown)
 	ctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
 	defer cancel()
 	if err := c.srv.Shutdown(ctx, reason); err != nil {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +75,9 @@ type daemon struct {
 // newDaemon starts the double: the agent socket and a first per-app
 // socket, app-1.sock.
 func newDaemon(t *testing.T) *daemon {
+	// First, so that the check runs after every cleanup: the daemon's,
+	// and startServe's, which waits for Serve to return.
+	testkit.CheckGoroutines(t)
 	d := &daemon{t: t, dir: sockDir(t), accepted: make(chan net.Conn, 16), quit: make(chan struct{})}
 	d.agent = filepath.Join(d.dir, "pcp.sock")
 	d.startAgent()
@@ -204,16 +206,6 @@ func (d *daemon) accept() *peer {
 	}
 }
 
-// noConnection checks that no per-app connection arrives for a while.
-func (d *daemon) noConnection(within time.Duration) {
-	d.t.Helper()
-	select {
-	case <-d.accepted:
-		d.t.Errorf("unexpected connection to the per-app socket")
-	case <-time.After(within):
-	}
-}
-
 func (d *daemon) close() {
 	close(d.quit)
 	d.mu.Lock()
@@ -327,8 +319,8 @@ type serving struct {
 	done   chan struct{} // closed when Serve has returned
 }
 
-// startServe runs Serve(srv) against d. Its cleanup cancels it, waits for
-// it and checks that it left no goroutine behind.
+// startServe runs Serve(srv) against d. Its cleanup cancels it and waits
+// for it; newDaemon's leak check then sees it left no goroutine behind.
 func startServe(t *testing.T, d *daemon, srv PcpServer, opts *Options) *serving {
 	t.Helper()
 	var o Options
@@ -351,9 +343,7 @@ func startServe(t *testing.T, d *daemon, srv PcpServer, opts *Options) *serving 
 		case <-s.done:
 		case <-time.After(waitTime):
 			t.Errorf("Serve did not return within %s of cancel", waitTime)
-			return
 		}
-		checkNoGoroutines(t)
 	})
 	return s
 }
@@ -370,42 +360,58 @@ func (s *serving) wait(t *testing.T) error {
 	}
 }
 
-// checkNoGoroutines checks that no goroutine runs code of this package
-// (other than its tests) or of the client package it dials with.
-func checkNoGoroutines(t *testing.T) {
-	t.Helper()
-	var left []string
-	for deadline := time.Now().Add(waitTime); ; {
-		left = left[:0]
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			for _, line := range strings.Split(g, "\n") {
-				line = strings.TrimSpace(line)
-				if strings.Contains(line, "/client/") && strings.Contains(line, ".go:") ||
-					strings.Contains(line, "/sdk/") && strings.Contains(line, ".go:") && !strings.Contains(line, "_test.go:") {
-					left = append(left, g)
-					break
-				}
-			}
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if len(left) > 0 {
-		t.Errorf("%d goroutines left behind:\n%s", len(left), strings.Join(left, "\n\n"))
-	}
-}
-
-// testLogger logs to t at debug level, and to buf too when it is not nil.
-func testLogger(t *testing.T, buf *testkit.SyncBuffer) *slog.Logger {
+// testLogger logs to t at debug level, and to logs too when it is not
+// nil.
+func testLogger(t *testing.T, logs *logWatch) *slog.Logger {
 	var w io.Writer = tWriter{t}
-	if buf != nil {
-		w = io.MultiWriter(w, buf)
+	if logs != nil {
+		w = io.MultiWriter(w, logs)
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// logWatch keeps what a logger wrote and lets a test wait for a line: the
+// SDK's log is the event that says it tried and failed.
+type logWatch struct {
+	mu    sync.Mutex
+	text  strings.Builder
+	grown chan struct{} // closed, and replaced, at each write
+}
+
+func newLogWatch() *logWatch { return &logWatch{grown: make(chan struct{})} }
+
+func (w *logWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text.Write(p)
+	close(w.grown)
+	w.grown = make(chan struct{})
+	return len(p), nil
+}
+
+func (w *logWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.text.String()
+}
+
+// waitFor waits until the logs hold substr at least n times.
+func (w *logWatch) waitFor(t *testing.T, substr string, n int) {
+	t.Helper()
+	timeout := time.After(waitTime)
+	for {
+		w.mu.Lock()
+		got, grown := strings.Count(w.text.String(), substr), w.grown
+		w.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-grown:
+		case <-timeout:
+			t.Fatalf("%d log lines with %q within %s, want %d; logs:\n%s", got, substr, waitTime, n, w.String())
+		}
+	}
 }
 
 type tWriter struct{ t *testing.T }

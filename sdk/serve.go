@@ -27,11 +27,20 @@ type Options struct {
 	// each handshake (the ManifestResponse has been sent). It runs on the
 	// goroutine that reads the socket, so it must return promptly.
 	OnConnected func(socket string)
+	// StopOnShutdown makes Serve return when the daemon shuts the app
+	// down: a *ShutdownError after an AppShutdown that follows the
+	// handshake (a revocation), and an error wrapping ErrPermanent when
+	// apps.socket answers that the app is revoked. Without it Serve
+	// tries again, with backoff, and so serves again once the user
+	// allows the app. (PcpServer.Shutdown is called either way; an app
+	// may also cancel ctx from there.)
+	StopOnShutdown bool
 }
 
 // MaxConcurrentRequests bounds the handlers (Invoke, ValidateParams,
-// QueryState) running at once on one connection. Requests past it wait
-// for a running one to return.
+// QueryState) running at once in one Serve call, those of connections
+// that ended and still run included. Requests past it wait for a running
+// one to return.
 const MaxConcurrentRequests = 64
 
 // MaxPendingRequests bounds the requests read from one connection and not
@@ -58,10 +67,12 @@ const (
 )
 
 // Serve serves srv as the Tier 1 app appID until ctx is cancelled (it
-// returns nil), the daemon refuses the app (an error wrapping
-// ErrPermanent) or the daemon sends AppShutdown (a *ShutdownError). It
-// reconnects whenever the connection is lost; the package doc describes
-// the whole lifecycle. opts may be nil.
+// returns nil) or the daemon refuses the app for good (an error wrapping
+// ErrPermanent). It reconnects whenever the connection is lost or the
+// daemon refuses it for now, and, unless Options.StopOnShutdown is set
+// (then it returns a *ShutdownError), after the daemon shut the app down.
+// Before it returns every handler it started has returned. The package
+// doc describes the whole lifecycle. opts may be nil.
 func Serve(ctx context.Context, appID string, srv PcpServer, opts *Options) error {
 	if appID == "" {
 		return fmt.Errorf("%w: sdk: Serve: empty app id", ErrPermanent)
@@ -77,10 +88,12 @@ func Serve(ctx context.Context, appID string, srv PcpServer, opts *Options) erro
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := o.Logger.With("app_id", appID)
+	hs := newHandlers()
+	defer hs.wg.Wait() // handlers of ended connections, cancelled
 	backoff := minBackoff
 	for {
-		connected, err := serveOnce(ctx, appID, srv, &o, log)
-		if errors.Is(err, ErrPermanent) || errors.Is(err, ErrShutdown) {
+		connected, err := serveOnce(ctx, appID, srv, &o, hs, log)
+		if errors.Is(err, ErrPermanent) || o.StopOnShutdown && errors.Is(err, ErrShutdown) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -103,7 +116,7 @@ func Serve(ctx context.Context, appID string, srv PcpServer, opts *Options) erro
 
 // serveOnce makes one connection and serves it until it ends. connected
 // reports whether the handshake succeeded.
-func serveOnce(ctx context.Context, appID string, srv PcpServer, o *Options, log *slog.Logger) (connected bool, err error) {
+func serveOnce(ctx context.Context, appID string, srv PcpServer, o *Options, hs *handlers, log *slog.Logger) (connected bool, err error) {
 	manifest, err := srv.Manifest(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -114,7 +127,7 @@ func serveOnce(ctx context.Context, appID string, srv PcpServer, o *Options, log
 	if !isJSONObject(manifest) {
 		return false, fmt.Errorf("%w: sdk: manifest of %s: not a JSON object", ErrPermanent, appID)
 	}
-	sock, err := rendezvous(ctx, o.AgentSocket, appID, manifest)
+	sock, err := rendezvous(ctx, o.AgentSocket, appID, manifest, o.StopOnShutdown)
 	if err != nil {
 		return false, err
 	}
@@ -126,22 +139,24 @@ func serveOnce(ctx context.Context, appID string, srv PcpServer, o *Options, log
 		return false, fmt.Errorf("sdk: connecting to the per-app socket of %s: %w", appID, err)
 	}
 	c := &conn{
-		appID:       appID,
-		prefix:      appID + ".",
-		srv:         srv,
-		nc:          nc,
-		socket:      sock,
-		manifest:    manifest,
-		log:         log.With("socket", sock),
-		onConnected: o.OnConnected,
+		appID:          appID,
+		prefix:         appID + ".",
+		srv:            srv,
+		nc:             nc,
+		socket:         sock,
+		manifest:       manifest,
+		log:            log.With("socket", sock),
+		onConnected:    o.OnConnected,
+		stopOnShutdown: o.StopOnShutdown,
+		handlers:       hs,
 	}
 	return c.serve(ctx)
 }
 
 // rendezvous asks the daemon at agentSocket for appID's per-app socket
 // (apps.socket) and returns its path. Refusals that trying again cannot
-// change wrap ErrPermanent.
-func rendezvous(ctx context.Context, agentSocket, appID string, manifest json.RawMessage) (string, error) {
+// change wrap ErrPermanent; a revocation does only when stopWhenRevoked.
+func rendezvous(ctx context.Context, agentSocket, appID string, manifest json.RawMessage, stopWhenRevoked bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	cl, err := client.Dial(ctx, agentSocket, client.Options{OnNotify: func(client.Notification) {}})
@@ -154,7 +169,7 @@ func rendezvous(ctx context.Context, agentSocket, appID string, manifest json.Ra
 	}()
 	res, err := cl.AppSocket(ctx, &api.AppsSocketParams{AppID: appID, Manifest: manifest})
 	if err != nil {
-		if permanent(err) {
+		if permanent(err) && (stopWhenRevoked || !revoked(err)) {
 			return "", fmt.Errorf("%w: apps.socket for %s: %w", ErrPermanent, appID, err)
 		}
 		return "", fmt.Errorf("sdk: apps.socket for %s: %w", appID, err)
@@ -177,6 +192,14 @@ func permanent(err error) bool {
 		return true
 	}
 	return false
+}
+
+// revoked reports whether err, from apps.socket, says the user revoked the
+// app: PERMISSION_DENIED with "revoked": true in its data, which lasts
+// until the user allows the app again.
+func revoked(err error) bool {
+	var pe *api.Error
+	return errors.As(err, &pe) && pe.Code == api.CodePermissionDenied && pe.DataMap()["revoked"] == true
 }
 
 func isJSONObject(b []byte) bool {

@@ -6,17 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/frame"
-	"github.com/pcp-dev/pcp/internal/testkit"
 	"github.com/pcp-dev/pcp/internal/tier1"
 )
 
@@ -488,8 +489,8 @@ func TestServeProtocolErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newDaemon(t)
-			var logs testkit.SyncBuffer
-			startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, &Options{Logger: testLogger(t, &logs)})
+			logs := newLogWatch()
+			startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, &Options{Logger: testLogger(t, logs)})
 			p := d.accept()
 			if tt.handshake {
 				p.handshake()
@@ -544,8 +545,9 @@ func TestServeDaemonDown(t *testing.T) {
 	d := newDaemon(t)
 	d.stopAgent()
 	d.refuseNext(api.Errorf(api.CodeInternalError, nil, "store busy"))
-	startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, nil)
-	time.Sleep(250 * time.Millisecond) // a few attempts fail
+	logs := newLogWatch()
+	startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, &Options{Logger: testLogger(t, logs)})
+	logs.waitFor(t, "retrying", 2) // two attempts failed to dial
 	d.startAgent()
 	d.accept().handshake()
 	if n := len(d.rendezvous()); n != 2 {
@@ -553,49 +555,65 @@ func TestServeDaemonDown(t *testing.T) {
 	}
 }
 
-// AppShutdown calls Shutdown with the reason, cancels running handlers,
-// closes the connection, and Serve returns a *ShutdownError.
+// AppShutdown calls Shutdown with the reason, cancels running handlers
+// and closes the connection. With StopOnShutdown Serve then returns a
+// *ShutdownError; without it Serve tries again.
 func TestServeAppShutdown(t *testing.T) {
-	d := newDaemon(t)
-	reasons := make(chan string, 1)
-	wait := newBlocker()
-	app := &App{AppID: testApp, SignedManifest: testManifest,
-		Capabilities: map[string]CapabilityFunc{"wait": wait.run},
-		OnShutdown:   func(reason string) { reasons <- reason },
-	}
-	s := startServe(t, d, app, nil)
-	p := d.accept()
-	p.handshake()
-	p.send(&tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "wait", Source: api.SourceSystemIntelligence})
-	wait.waitStarted(t)
-	p.send(&tier1.AppShutdown{Reason: "revoked by the user"})
-	err := s.wait(t)
-	var se *ShutdownError
-	if !errors.Is(err, ErrShutdown) || !errors.As(err, &se) || se.Reason != "revoked by the user" {
-		t.Fatalf("Serve returned %v, want a *ShutdownError for %q", err, "revoked by the user")
-	}
-	if errors.Is(err, ErrPermanent) {
-		t.Errorf("Serve's %v matches ErrPermanent", err)
-	}
-	if got := <-reasons; got != "revoked by the user" {
-		t.Errorf("OnShutdown(%q), want %q", got, "revoked by the user")
-	}
-	wait.waitEnded(t)
-	p.expectClosed()
-	if got, want := err.Error(), "pcp: app shut down by pcpd: revoked by the user"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-	d.noConnection(200 * time.Millisecond)
-	if n := len(d.rendezvous()); n != 1 {
-		t.Errorf("%d rendezvous, want 1: no reconnecting after AppShutdown", n)
+	for _, stop := range []bool{true, false} {
+		t.Run(fmt.Sprintf("StopOnShutdown=%v", stop), func(t *testing.T) {
+			d := newDaemon(t)
+			reasons := make(chan string, 1)
+			wait := newBlocker()
+			app := &App{AppID: testApp, SignedManifest: testManifest,
+				Capabilities: map[string]CapabilityFunc{"wait": wait.run},
+				OnShutdown:   func(reason string) { reasons <- reason },
+			}
+			s := startServe(t, d, app, &Options{StopOnShutdown: stop})
+			p := d.accept()
+			p.handshake()
+			p.send(&tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "wait", Source: api.SourceSystemIntelligence})
+			wait.waitStarted(t)
+			p.send(&tier1.AppShutdown{Reason: "revoked by the user"})
+			select {
+			case got := <-reasons:
+				if got != "revoked by the user" {
+					t.Errorf("OnShutdown(%q), want %q", got, "revoked by the user")
+				}
+			case <-time.After(waitTime):
+				t.Fatal("OnShutdown not called")
+			}
+			wait.waitEnded(t)
+			p.expectClosed()
+			if !stop {
+				d.accept().handshake()
+				if n := len(d.rendezvous()); n != 2 {
+					t.Errorf("%d rendezvous, want 2: Serve tries again after AppShutdown", n)
+				}
+				return
+			}
+			err := s.wait(t)
+			var se *ShutdownError
+			if !errors.Is(err, ErrShutdown) || !errors.As(err, &se) || se.Reason != "revoked by the user" {
+				t.Fatalf("Serve returned %v, want a *ShutdownError for %q", err, "revoked by the user")
+			}
+			if errors.Is(err, ErrPermanent) {
+				t.Errorf("Serve's %v matches ErrPermanent", err)
+			}
+			if got, want := err.Error(), "pcp: app shut down by pcpd: revoked by the user"; got != want {
+				t.Errorf("Error() = %q, want %q", got, want)
+			}
+			if n := len(d.rendezvous()); n != 1 {
+				t.Errorf("%d rendezvous, want 1: no reconnecting after AppShutdown", n)
+			}
+		})
 	}
 }
 
 // A daemon that refuses the manifest right after the handshake does so
-// with AppShutdown too.
+// with AppShutdown too; without a reason, the error says so.
 func TestServeRefusedAfterHandshake(t *testing.T) {
 	d := newDaemon(t)
-	s := startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, nil)
+	s := startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, &Options{StopOnShutdown: true})
 	p := d.accept()
 	p.handshake()
 	p.send(&tier1.AppShutdown{})
@@ -603,6 +621,135 @@ func TestServeRefusedAfterHandshake(t *testing.T) {
 		t.Errorf("Serve returned %v, want ErrShutdown without a reason", err)
 	}
 	p.expectClosed()
+}
+
+// A connection refused before any handshake, because another connection
+// serves the app (a squatter on its socket, another copy of the app), is
+// not the end: Serve tries again, with backoff, even with StopOnShutdown,
+// and without calling Shutdown.
+func TestServeRefusedAsAlreadyServed(t *testing.T) {
+	d := newDaemon(t)
+	shutdowns := make(chan string, 4)
+	app := &App{AppID: testApp, SignedManifest: testManifest, OnShutdown: func(r string) { shutdowns <- r }}
+	startServe(t, d, app, &Options{StopOnShutdown: true})
+	for range 2 {
+		p := d.accept()
+		p.send(&tier1.AppShutdown{Reason: "app " + testApp + " is already served by another connection on this socket"})
+		p.expectClosed()
+	}
+	d.accept().handshake()
+	if n := len(d.rendezvous()); n != 3 {
+		t.Errorf("%d rendezvous, want 3", n)
+	}
+	select {
+	case r := <-shutdowns:
+		t.Errorf("Shutdown(%q) called for a refused connection", r)
+	default:
+	}
+}
+
+// A revoked app waits to be allowed again: apps.socket's PERMISSION_DENIED
+// with "revoked" is retried, with backoff, and Serve serves again once the
+// daemon gives it a socket; with StopOnShutdown it ends Serve.
+func TestServeRevokedThenAllowed(t *testing.T) {
+	revokedErr := api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": testApp, "revoked": true, "reason": "testing"},
+		"app %s is revoked; the user must allow it again", testApp)
+	t.Run("retried", func(t *testing.T) {
+		d := newDaemon(t)
+		startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, nil)
+		p := d.accept()
+		p.handshake()
+		d.refuseNext(revokedErr)
+		d.refuseNext(revokedErr)
+		p.send(&tier1.AppShutdown{Reason: "revoked by the user: testing"})
+		p.expectClosed()
+		d.accept().handshake() // allowed again
+		if n := len(d.rendezvous()); n != 4 {
+			t.Errorf("%d rendezvous, want 4: first, revoked twice, allowed", n)
+		}
+	})
+	t.Run("StopOnShutdown", func(t *testing.T) {
+		d := newDaemon(t)
+		d.refuseNext(revokedErr)
+		s := startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, &Options{StopOnShutdown: true})
+		if err := s.wait(t); !errors.Is(err, ErrPermanent) || !errors.Is(err, api.ErrPermissionDenied) {
+			t.Errorf("Serve returned %v, want ErrPermanent and PERMISSION_DENIED", err)
+		}
+	})
+}
+
+// A handler that ignores its context does not hold up the reconnection:
+// when the connection is lost Serve connects again at once and serves the
+// new connection while the old handler runs on; its late reply is sent
+// nowhere. Serve still waits for it before returning.
+func TestServeReconnectsPastStuckHandler(t *testing.T) {
+	d := newDaemon(t)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	app := &App{AppID: testApp, SignedManifest: testManifest, Capabilities: map[string]CapabilityFunc{
+		"stuck": func(context.Context, json.RawMessage) (any, error) {
+			started <- struct{}{}
+			<-release // ignores its context
+			return "late", nil
+		},
+		"echo": echo,
+	}}
+	s := startServe(t, d, app, nil)
+	p := d.accept()
+	p.handshake()
+	p.send(&tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "stuck", Source: api.SourceSystemIntelligence})
+	<-started
+	p.nc.Close() // the daemon restarts
+	p = d.accept()
+	p.handshake()
+	p.expectReply(t, &tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "echo", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"n":1}`)},
+		&tier1.CapabilityResultMsg{RequestID: 1, Status: api.StatusSuccess, Data: json.RawMessage(`{"n":1}`)})
+	close(release)
+	p.send(&tier1.Ping{})
+	p.expect(&tier1.Pong{}) // and not the stuck handler's reply
+	s.cancel()
+	if err := s.wait(t); err != nil {
+		t.Errorf("Serve returned %v after cancel, want nil", err)
+	}
+}
+
+// Handlers stuck past their connection keep their slots: across
+// reconnections no more than MaxConcurrentRequests run, and a new
+// connection's request waits for a slot, or its deadline.
+func TestServeStuckHandlersStayBounded(t *testing.T) {
+	d := newDaemon(t)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	started := make(chan struct{}, MaxConcurrentRequests)
+	app := &App{AppID: testApp, SignedManifest: testManifest, Capabilities: map[string]CapabilityFunc{
+		"stuck": func(context.Context, json.RawMessage) (any, error) {
+			calls.Add(1)
+			started <- struct{}{}
+			<-release
+			return nil, nil
+		},
+		"echo": echo,
+	}}
+	startServe(t, d, app, nil)
+	p := d.accept()
+	p.handshake()
+	for id := range uint64(MaxConcurrentRequests) {
+		p.send(&tier1.InvokeCapability{RequestID: id + 1, CapabilityID: capPrefix + "stuck", Source: api.SourceSystemIntelligence})
+	}
+	for range MaxConcurrentRequests {
+		<-started
+	}
+	p.nc.Close()
+	p = d.accept()
+	p.handshake()
+	p.expectReply(t, &tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "echo", Source: api.SourceSystemIntelligence, DeadlineMS: 50},
+		&tier1.CapabilityResultMsg{RequestID: 1, Error: &tier1.ErrorInfo{Code: int32(api.CodeExecutionTimeout), Message: "context deadline exceeded"}})
+	close(release)
+	p.expectReply(t, &tier1.InvokeCapability{RequestID: 2, CapabilityID: capPrefix + "echo", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{}`)},
+		&tier1.CapabilityResultMsg{RequestID: 2, Status: api.StatusSuccess, Data: json.RawMessage(`{}`)})
+	if n := calls.Load(); n != MaxConcurrentRequests {
+		t.Errorf("%d stuck handlers ran, want %d", n, MaxConcurrentRequests)
+	}
 }
 
 // failingManifest is a PcpServer whose Manifest fails.
@@ -617,7 +764,7 @@ func TestServePermanentErrors(t *testing.T) {
 	for _, e := range []*api.Error{
 		api.Errorf(api.CodeManifestInvalid, nil, "capability %q: no tier", "add"),
 		api.Errorf(api.CodeManifestSignatureInvalid, nil, "untrusted key"),
-		api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": testApp}, "app revoked"),
+		api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": testApp}, "app id namespace \"pcp.\" is reserved"),
 		api.InvalidParam("params.app_id", "not a reverse-DNS id"),
 	} {
 		t.Run(e.Code.Name(), func(t *testing.T) {
@@ -684,8 +831,9 @@ func TestServeCancel(t *testing.T) {
 	t.Run("retrying", func(t *testing.T) {
 		d := newDaemon(t)
 		d.stopAgent()
-		s := startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, nil)
-		time.Sleep(150 * time.Millisecond)
+		logs := newLogWatch()
+		s := startServe(t, d, &App{AppID: testApp, SignedManifest: testManifest}, &Options{Logger: testLogger(t, logs)})
+		logs.waitFor(t, "retrying", 1) // waiting between attempts
 		s.cancel()
 		if err := s.wait(t); err != nil {
 			t.Errorf("Serve returned %v after cancel, want nil", err)
@@ -700,5 +848,57 @@ func TestServeCancel(t *testing.T) {
 			t.Errorf("Serve returned %v after cancel, want nil", err)
 		}
 		p.expectClosed()
+	})
+}
+
+// A daemon that accepts and never sends GetManifest is given up on after
+// handshakeTimeout, to the moment (a synctest bubble's fake clock, over
+// net.Pipe); and a stuck handler's slot outlives its connection.
+func TestConnTimers(t *testing.T) {
+	newConn := func(nc net.Conn, hs *handlers) *conn {
+		return &conn{appID: testApp, prefix: capPrefix, srv: &App{AppID: testApp, SignedManifest: testManifest},
+			nc: nc, socket: "pipe", manifest: testManifest, log: testLogger(t, nil), handlers: hs}
+	}
+	t.Run("handshake timeout", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer b.Close()
+			start := time.Now()
+			connected, err := newConn(a, newHandlers()).serve(t.Context())
+			if connected || err == nil || !strings.Contains(err.Error(), "no GetManifest") {
+				t.Errorf("serve = %v, %v; want the handshake timeout", connected, err)
+			}
+			if d := time.Since(start); d != handshakeTimeout {
+				t.Errorf("gave up after %v, want %v", d, handshakeTimeout)
+			}
+		})
+	})
+	t.Run("deadline while stuck handlers hold every slot", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			hs := newHandlers()
+			for range MaxConcurrentRequests {
+				hs.running <- struct{}{} // handlers of an ended connection
+			}
+			a, b := net.Pipe()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				newConn(a, hs).serve(t.Context())
+			}()
+			p := &peer{t: t, nc: b, fr: frame.NewReader(b, 0)}
+			p.handshake()
+			start := time.Now()
+			p.expectReply(t, &tier1.InvokeCapability{RequestID: 1, CapabilityID: capPrefix + "x", Source: api.SourceSystemIntelligence, DeadlineMS: 2000},
+				&tier1.CapabilityResultMsg{RequestID: 1, Error: &tier1.ErrorInfo{Code: int32(api.CodeExecutionTimeout), Message: "context deadline exceeded"}})
+			if d := time.Since(start); d != 2*time.Second {
+				t.Errorf("answered after %v, want the 2s deadline", d)
+			}
+			b.Close()
+			<-done
+			for range MaxConcurrentRequests {
+				<-hs.running
+			}
+			hs.wg.Wait()
+		})
 	})
 }

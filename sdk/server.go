@@ -40,10 +40,12 @@ type PcpServer interface {
 	// it when keys is empty. An empty result stands for {}.
 	QueryState(ctx context.Context, keys []string) (json.RawMessage, error)
 
-	// Shutdown is called when the daemon sends AppShutdown, with the
-	// reason it gave (a revocation, a refused manifest). Serve stops
-	// serving and returns a *ShutdownError once it returns; its error is
-	// only logged.
+	// Shutdown is called when the daemon sends AppShutdown after the
+	// handshake, with the reason it gave (a revocation, a refused
+	// manifest); the connection's handlers are being cancelled. Once it
+	// returns Serve tries again, with backoff, or, with
+	// Options.StopOnShutdown, returns a *ShutdownError. Its error is only
+	// logged.
 	Shutdown(ctx context.Context, reason string) error
 }
 
@@ -68,13 +70,13 @@ type Invocation struct {
 // either face.
 var ErrPermanent = client.ErrPermanent
 
-// ErrShutdown is matched by the *ShutdownError Serve returns after the
-// daemon sent AppShutdown.
+// ErrShutdown is matched by the *ShutdownError Serve returns, with
+// Options.StopOnShutdown, after the daemon sent AppShutdown.
 var ErrShutdown = errors.New("pcp: app shut down by pcpd")
 
-// ShutdownError is returned by Serve after the daemon told the app to
-// shut down (AppShutdown). errors.Is(err, ErrShutdown) reports true for
-// it.
+// ShutdownError is returned by Serve, with Options.StopOnShutdown, after
+// the daemon told the app to shut down (AppShutdown).
+// errors.Is(err, ErrShutdown) reports true for it.
 type ShutdownError struct {
 	// Reason is the daemon's reason, possibly empty.
 	Reason string

@@ -57,8 +57,9 @@ func main() {
 	}
 }
 
-// run serves the notes until ctx is cancelled or pcpd shuts the app
-// down (a revocation), neither of which is an error.
+// run serves the notes until ctx is cancelled, which is not an error.
+// A revoked app keeps running and serves again once the user allows it
+// (sdk.Serve's default).
 func run(ctx context.Context, cfg config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	raw, err := os.ReadFile(cfg.manifest)
@@ -87,13 +88,10 @@ func run(ctx context.Context, cfg config) error {
 		Validate:       validate,
 		State:          state(st, db),
 	}
-	err = app.Serve(ctx, &sdk.Options{AgentSocket: cfg.socket, Logger: log})
-	var shutdown *sdk.ShutdownError
-	switch {
-	case errors.As(err, &shutdown):
-		log.Warn("pcpd shut the notes app down", "reason", shutdown.Reason)
-		return nil
-	case err != nil:
+	app.OnShutdown = func(reason string) {
+		log.Warn("pcpd shut the notes app down; waiting to be allowed again", "reason", reason)
+	}
+	if err := app.Serve(ctx, &sdk.Options{AgentSocket: cfg.socket, Logger: log}); err != nil {
 		return fmt.Errorf("serving %s through %s: %w", AppID, cfg.socket, err)
 	}
 	return nil

@@ -28,7 +28,9 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/frame"
 	"github.com/pcp-dev/pcp/internal/testkit"
+	"github.com/pcp-dev/pcp/internal/tier1"
 )
 
 const notesApp = "org.pcp.notes"
@@ -565,11 +567,15 @@ func TestKillDuringBurst(t *testing.T) {
 		mu        sync.Mutex
 		succeeded []string // titles
 		failed    int
+		inFlight  int // pcpctl runs started and not yet returned
+		killed    bool
 		wg        sync.WaitGroup
 	)
 	stop := make(chan struct{})
 	firstWave := make(chan struct{})
-	var once sync.Once
+	allInFlight := make(chan struct{}) // closed once every worker is mid-invocation after the first wave
+	failedAfterKill := make(chan struct{})
+	var onceWave, onceFlight, onceFailed sync.Once
 	for i := range workers {
 		wg.Go(func() {
 			for j := 0; ; j++ {
@@ -579,33 +585,57 @@ func TestKillDuringBurst(t *testing.T) {
 				default:
 				}
 				title := fmt.Sprintf("burst %d-%d", i, j)
+				mu.Lock()
+				inFlight++
+				if inFlight == workers && len(succeeded) >= 2*workers {
+					onceFlight.Do(func() { close(allInFlight) })
+				}
+				mu.Unlock()
 				r := w.pcpctl("--timeout", "10s", "invoke", notesApp+".create", "title="+title, "body=x")
 				mu.Lock()
+				inFlight--
 				if r.err == nil {
 					succeeded = append(succeeded, title)
 					if len(succeeded) >= 2*workers {
-						once.Do(func() { close(firstWave) })
+						onceWave.Do(func() { close(firstWave) })
 					}
 				} else {
 					failed++
+					if killed {
+						onceFailed.Do(func() { close(failedAfterKill) })
+					}
 				}
 				mu.Unlock()
 			}
 		})
 	}
+	fail := func(format string, args ...any) {
+		close(stop)
+		wg.Wait()
+		t.Fatalf(format, args...)
+	}
 	select {
 	case <-firstWave:
 	case <-time.After(60 * time.Second):
-		close(stop)
-		wg.Wait()
-		t.Fatalf("fewer than %d invocations succeeded in 60s (%d failed)", 2*workers, failed)
+		fail("fewer than %d invocations succeeded in 60s (%d failed)", 2*workers, failed)
 	}
-	// Let the burst run on a little, so the kill lands mid-flight.
-	time.Sleep(300 * time.Millisecond)
+	// The kill lands while every worker has an invocation in flight.
+	select {
+	case <-allInFlight:
+	case <-time.After(60 * time.Second):
+		fail("the workers were never all mid-invocation at once")
+	}
+	mu.Lock()
+	killed = true
+	mu.Unlock()
 	w.stop(w.pcpd, syscall.SIGKILL)
-	// Invocations started after the kill fail; keep going briefly so some
-	// do, then stop.
-	time.Sleep(300 * time.Millisecond)
+	// Invocations started after the kill fail; keep going until one has,
+	// then stop.
+	select {
+	case <-failedAfterKill:
+	case <-time.After(60 * time.Second):
+		fail("no invocation failed after pcpd was killed")
+	}
 	close(stop)
 	wg.Wait()
 	t.Logf("%d invocations succeeded, %d failed around the kill", len(succeeded), failed)
@@ -877,16 +907,22 @@ func TestTier1Faults(t *testing.T) {
 		at time.Duration
 	}
 	done := make(chan outcome, 1)
+	queued := unreadBytes(t, w.notes.cmd.Process.Pid)
 	start = time.Now()
 	go func() {
 		r := w.pcpctl("invoke", notesApp+".search", "query=x")
 		done <- outcome{r, time.Since(start)}
 	}()
 	// The app is still stopped, so the search waits in the daemon for its
-	// 30 s timeout. Nothing outside shows an invocation in flight; half a
-	// second is ample for pcpctl to start and send. Were the kill to come
-	// first, the answer would be APP_NOT_FOUND and the test would fail.
-	time.Sleep(500 * time.Millisecond)
+	// 30 s timeout. The kill must come after the daemon sent it (else the
+	// answer would be APP_NOT_FOUND): wait until the InvokeCapability sits
+	// unread in the stopped app's socket, its receive queue grown by at
+	// least that frame's size (Pings, the only other traffic, are 6 bytes
+	// every 10 s).
+	w.poll("the search to reach the stopped app", 15*time.Second, func() (bool, string) {
+		q := unreadBytes(t, w.notes.cmd.Process.Pid)
+		return q-queued >= minSearchFrame(t), fmt.Sprintf("%d bytes unread by the app, %d before the search", q, queued)
+	})
 	if err := w.notes.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -913,5 +949,65 @@ func TestTier1Faults(t *testing.T) {
 	w.invoke(&listed, "list")
 	if v := w.auditVerify(); !v.OK {
 		t.Fatalf("audit chain: %+v", v)
+	}
+}
+
+// unreadBytes is what waits unread in the receive queues of the Unix
+// stream sockets of process pid (ss's Recv-Q): for a stopped Tier 1 app,
+// what the daemon sent it since it stopped.
+func unreadBytes(t *testing.T, pid int) int {
+	t.Helper()
+	out, err := exec.Command("ss", "-xpnH").Output()
+	if err != nil {
+		t.Fatalf("ss -xpnH (iproute2) lists the app's sockets: %v", err)
+	}
+	total, seen := 0, false
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "u_str" || f[1] != "ESTAB" || !strings.Contains(line, fmt.Sprintf(",pid=%d,", pid)) {
+			continue
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil {
+			t.Fatalf("ss: Recv-Q %q: %v", f[2], err)
+		}
+		total, seen = total+n, true
+	}
+	if !seen {
+		t.Fatalf("ss lists no connected Unix socket of pid %d:\n%s", pid, out)
+	}
+	return total
+}
+
+// minSearchFrame is the size of the smallest InvokeCapability frame the
+// daemon can send for the search of TestTier1Faults.
+func minSearchFrame(t *testing.T) int {
+	t.Helper()
+	p, err := tier1.Encode(tier1.InvokeCapability{RequestID: 1, CapabilityID: notesApp + ".search", Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{"query":"x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(frame.Append(nil, frame.Frame{Type: frame.InvokeCapability, Payload: p}))
+}
+
+// TestRevokedAppComesBack: a revoked notes app is told why and keeps
+// running; once the user allows it again it serves again, with no
+// relaunch.
+func TestRevokedAppComesBack(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.startPCPD()
+	w.startNotes()
+	w.mustPCPCTL("revoke", notesApp, "--reason", "testing")
+	r := w.pcpctl("invoke", notesApp+".list")
+	if r.code == 0 || !strings.Contains(r.stderr, "PERMISSION_DENIED") {
+		t.Fatalf("invoke of a revoked app: %s", r)
+	}
+	w.mustPCPCTL("apps", "allow", notesApp)
+	w.waitNotesAvailable(15 * time.Second) // fails if the app exited
+	var listed notesList
+	w.invoke(&listed, "list")
+	if !strings.Contains(w.notes.out.String(), "revoked by the user: testing") {
+		t.Errorf("the app did not log why it was shut down:\n%s", w.notes.out)
 	}
 }

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
@@ -21,7 +21,9 @@ import (
 
 func pair(t *testing.T) (*net.UnixConn, *net.UnixConn) { return testkit.SocketPair(t) }
 
-func echoHandler() Handler {
+// echoHandler serves echo, fail, panic and slow; slow returns "done" once
+// release is closed (a nil release: at once).
+func echoHandler(release <-chan struct{}) Handler {
 	return HandlerFunc(func(ctx context.Context, m *Message) (any, error) {
 		switch m.Method {
 		case "echo":
@@ -31,7 +33,9 @@ func echoHandler() Handler {
 		case "panic":
 			panic("boom")
 		case "slow":
-			time.Sleep(50 * time.Millisecond)
+			if release != nil {
+				<-release
+			}
 			return "done", nil
 		}
 		return nil, api.ErrMethodNotFound
@@ -40,8 +44,8 @@ func echoHandler() Handler {
 
 func TestConnBothDirections(t *testing.T) {
 	a, b := pair(t)
-	ca := NewConn(a, Options{Handler: echoHandler()})
-	cb := NewConn(b, Options{Handler: echoHandler()})
+	ca := NewConn(a, Options{Handler: echoHandler(nil)})
+	cb := NewConn(b, Options{Handler: echoHandler(nil)})
 	go ca.Run()
 	go cb.Run()
 	defer ca.Close()
@@ -84,19 +88,46 @@ func TestConnBothDirections(t *testing.T) {
 	}
 }
 
-func TestCallContextAndClose(t *testing.T) {
+// A call whose peer never answers ends at its context's deadline, to the
+// moment (on the bubble's fake clock), and its connection goes on.
+func TestCallDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := net.Pipe()
+		defer b.Close()
+		ca := NewConn(a, Options{})
+		defer ca.Close()
+		go ca.Run()
+		go io.Copy(io.Discard, b) // the peer reads and never answers
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := ca.Call(ctx, "x", nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want deadline exceeded", err)
+		}
+		if d := time.Since(start); d != 30*time.Second {
+			t.Errorf("the call returned after %v, want its 30s deadline", d)
+		}
+		select {
+		case <-ca.Done():
+			t.Error("the connection closed after a call timed out")
+		default:
+		}
+	})
+}
+
+// A call waiting for its reply fails with ErrClosed when the peer closes.
+func TestCallPeerCloses(t *testing.T) {
 	a, b := pair(t)
 	ca := NewConn(a, Options{})
 	go ca.Run()
-	// b never answers.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if err := ca.Call(ctx, "x", nil, nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("got %v, want deadline exceeded", err)
-	}
+	rd := bufio.NewReader(b)
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	done := make(chan error, 1)
 	go func() { done <- ca.Call(context.Background(), "x", nil, nil) }()
-	time.Sleep(10 * time.Millisecond)
+	// The request on the wire shows the call is waiting for its reply.
+	if line, err := rd.ReadString('\n'); err != nil || !strings.Contains(line, `"method":"x"`) {
+		t.Fatalf("the peer read %q, %v; want the call's request", line, err)
+	}
 	b.Close()
 	select {
 	case err := <-done:
@@ -111,8 +142,11 @@ func TestCallContextAndClose(t *testing.T) {
 // A peer that sends its requests and shuts its write side still gets
 // every answer.
 func TestAnswersAfterPeerEOF(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	a, b := pair(t)
-	c := NewConn(a, Options{Handler: echoHandler()})
+	// The handlers answer only once the connection has read the EOF.
+	eof := &eofSignal{UnixConn: a, seen: make(chan struct{})}
+	c := NewConn(eof, Options{Handler: echoHandler(eof.seen)})
 	go c.Run()
 	for i := range 5 {
 		fmt.Fprintf(b, `{"jsonrpc":"2.0","id":%d,"method":"slow"}`+"\n", i)
@@ -163,23 +197,34 @@ func TestCloseWhenIdleAnswersFirst(t *testing.T) {
 	}
 }
 
+// eofSignal is a connection that closes seen when a read returns io.EOF.
+type eofSignal struct {
+	*net.UnixConn
+	once sync.Once
+	seen chan struct{}
+}
+
+func (e *eofSignal) Read(p []byte) (int, error) {
+	n, err := e.UnixConn.Read(p)
+	if errors.Is(err, io.EOF) {
+		e.once.Do(func() { close(e.seen) })
+	}
+	return n, err
+}
+
+// A connection whose peer leaves with a request in flight ends, and
+// leaves no goroutine behind.
 func TestNoGoroutineLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	testkit.CheckGoroutines(t)
 	for range 20 {
 		a, b := pair(t)
-		c := NewConn(a, Options{Handler: echoHandler()})
+		eof := &eofSignal{UnixConn: a, seen: make(chan struct{})}
+		c := NewConn(eof, Options{Handler: echoHandler(eof.seen)})
 		done := make(chan struct{})
 		go func() { c.Run(); close(done) }()
 		fmt.Fprintln(b, `{"jsonrpc":"2.0","id":1,"method":"slow"}`)
 		b.Close()
 		<-done
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before+2 {
-		t.Errorf("goroutines: %d before, %d after", before, n)
 	}
 }
 
@@ -188,16 +233,27 @@ func TestNoGoroutineLeak(t *testing.T) {
 func TestBatchBounds(t *testing.T) {
 	a, b := pair(t)
 	var running, peak atomic.Int32
+	// The first batchParallel handlers wait for one another, so that they
+	// overlap: were the bound broken, more would run meanwhile.
+	full := make(chan struct{})
+	var once sync.Once
 	c := NewConn(a, Options{MaxBatch: 20, Handler: HandlerFunc(func(ctx context.Context, m *Message) (any, error) {
 		n := running.Add(1)
+		defer running.Add(-1)
 		for {
 			p := peak.Load()
 			if n <= p || peak.CompareAndSwap(p, n) {
 				break
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-		running.Add(-1)
+		if n >= batchParallel {
+			once.Do(func() { close(full) })
+		}
+		select {
+		case <-full:
+		case <-time.After(5 * time.Second):
+			return nil, errors.New("fewer than batchParallel handlers ran at once")
+		}
 		return "ok", nil
 	})})
 	go c.Run()
@@ -226,7 +282,7 @@ func TestBatchBounds(t *testing.T) {
 	if err != nil || strings.Count(line, `"result":"ok"`) != 20 {
 		t.Fatalf("batch of 20: %q, %v", line, err)
 	}
-	if p := peak.Load(); p > batchParallel {
-		t.Errorf("%d requests of one batch ran at once, want at most %d", p, batchParallel)
+	if p := peak.Load(); p != batchParallel {
+		t.Errorf("%d requests of one batch ran at once, want %d", p, batchParallel)
 	}
 }

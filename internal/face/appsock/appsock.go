@@ -12,20 +12,30 @@
 // connection, and from then on the connection is a core.Session whose
 // Endpoint (conn) turns the broker's calls into Tier 1 requests.
 //
-// One connection serves an app at a time. A second connection while the
-// first is open is told why in an AppShutdown and closed. The sockets stay
-// open until the daemon stops, so an app that lost its connection (a
-// crash, a restart) connects again to the same path.
+// One connection serves an app at a time, and the handshake decides
+// which: not the first to connect but the first to answer GetManifest
+// with a manifest that registers. Until then up to MaxHandshakes
+// connections per socket may be in the handshake at once, each with its
+// own HandshakeTimeout, so a peer that connects and says nothing holds
+// nothing but its own slot; a connection arriving when every slot is
+// taken displaces the one that has waited longest without answering. Once
+// an app registers, the other connections in the handshake, and any new
+// connection while it is served, are told why in an AppShutdown and
+// closed. The sockets stay open until the daemon stops, so an app that
+// lost its connection (a crash, a restart) connects again to the same
+// path.
 package appsock
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +49,10 @@ const MaxSockets = 256
 
 // HandshakeTimeout bounds the wait for the app's ManifestResponse.
 const HandshakeTimeout = 10 * time.Second
+
+// MaxHandshakes bounds the connections of one per-app socket that are in
+// the handshake (accepted, not yet registered or refused) at once.
+const MaxHandshakes = 8
 
 // WriteTimeout bounds one frame write: an app that stops reading for this
 // long is treated as gone and its connection closed.
@@ -54,12 +68,16 @@ type Server struct {
 	dir string
 	log *slog.Logger
 
-	// mu guards sockets, conns and closed.
-	mu      sync.Mutex
-	sockets map[string]*appSocket // by app id
-	conns   map[*conn]bool
-	closed  bool
-	wg      sync.WaitGroup
+	// mu guards sockets, conns, closed, handshakeTimeout and the
+	// appSockets' active and handshaking. Lock order: mu before a conn's
+	// mu.
+	mu sync.Mutex
+	// handshakeTimeout is HandshakeTimeout; tests shorten it.
+	handshakeTimeout time.Duration
+	sockets          map[string]*appSocket // by app id
+	conns            map[*conn]bool
+	closed           bool
+	wg               sync.WaitGroup
 }
 
 type appSocket struct {
@@ -69,6 +87,15 @@ type appSocket struct {
 	// active is the connection serving the app, nil when none; guarded
 	// by Server.mu.
 	active *conn
+	// handshaking are the connections accepted and neither registered
+	// nor refused yet, oldest first; guarded by Server.mu. At most
+	// MaxHandshakes.
+	handshaking []*conn
+	// register holds a token while one connection claims the app and
+	// registers it: of two connections that answer at once, the second
+	// waits for the first's outcome instead of being refused while the
+	// first may still fail.
+	register chan struct{}
 }
 
 // New returns a Server that opens sockets in dir, which is created 0700
@@ -77,7 +104,7 @@ func New(b *core.Broker, dir string, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{b: b, dir: dir, log: log, sockets: map[string]*appSocket{}, conns: map[*conn]bool{}}
+	return &Server{b: b, dir: dir, log: log, handshakeTimeout: HandshakeTimeout, sockets: map[string]*appSocket{}, conns: map[*conn]bool{}}
 }
 
 // Dir is the directory of the sockets.
@@ -115,7 +142,7 @@ func (s *Server) OpenAppSocket(appID string) (string, error) {
 	if err != nil {
 		return "", api.Errorf(api.CodeInternalError, map[string]any{"app_id": appID}, "opening the socket of %s: %v", appID, err)
 	}
-	as := &appSocket{appID: appID, path: path, l: l}
+	as := &appSocket{appID: appID, path: path, l: l, register: make(chan struct{}, 1)}
 	s.sockets[appID] = as
 	s.wg.Add(1)
 	go s.acceptLoop(as)
@@ -154,11 +181,16 @@ func (s *Server) acceptLoop(as *appSocket) {
 			return
 		}
 		s.conns[cn] = true
+		refusal, displaced := s.admitLocked(cn)
 		s.mu.Unlock()
+		if displaced != nil {
+			s.log.Warn("per-app handshake slots full; closing the connection silent longest", "app_id", as.appID, "pid", displaced.pid)
+			displaced.refuse(fmt.Sprintf("no ManifestResponse before %d newer connections to this socket", MaxHandshakes))
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			cn.serve()
+			cn.serve(refusal)
 			s.mu.Lock()
 			delete(s.conns, cn)
 			s.mu.Unlock()
@@ -166,11 +198,56 @@ func (s *Server) acceptLoop(as *appSocket) {
 	}
 }
 
+// admitLocked decides what becomes of a new connection cn: it is refused
+// (refusal set) when a live connection serves the app (one still
+// registering does not count: its registration may fail); otherwise it joins
+// the handshake, displacing, when MaxHandshakes are there already, the
+// oldest one that has not answered GetManifest (returned, to be told
+// why). When all of them have answered and wait for their registration,
+// which ends soon, cn is refused instead.
+func (s *Server) admitLocked(cn *conn) (refusal string, displaced *conn) {
+	as := cn.as
+	if old := as.active; old != nil && old.serving && !old.isClosed() {
+		return alreadyServed(as.appID), nil
+	}
+	if len(as.handshaking) >= MaxHandshakes {
+		i := slices.IndexFunc(as.handshaking, func(c *conn) bool { return !c.answered })
+		if i < 0 {
+			return fmt.Sprintf("%d connections to this socket are registering app %s", MaxHandshakes, as.appID), nil
+		}
+		displaced = as.handshaking[i]
+		as.handshaking = slices.Delete(as.handshaking, i, i+1)
+	}
+	as.handshaking = append(as.handshaking, cn)
+	cn.handshakeTimeout = s.handshakeTimeout
+	return "", displaced
+}
+
+func alreadyServed(appID string) string {
+	return fmt.Sprintf("app %s is already served by another connection on this socket", appID)
+}
+
+// answered records that cn answered GetManifest, so that a newer
+// connection no longer displaces it.
+func (s *Server) answered(cn *conn) {
+	s.mu.Lock()
+	cn.answered = true
+	s.mu.Unlock()
+}
+
+// leaveHandshake takes cn out of its socket's handshake, if it is there.
+func (s *Server) leaveHandshake(cn *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cn.as.handshaking = slices.DeleteFunc(cn.as.handshaking, func(c *conn) bool { return c == cn })
+}
+
 // claim makes cn the connection serving its app; it fails when another
 // connection serves it. A connection that is ending no longer counts:
 // claim takes over from it and returns it, and the caller waits for it to
 // have ended (its session closed) before registering, so an app that
 // reconnects at once is neither refused nor racing its old connection.
+// The caller holds cn.as.register.
 func (s *Server) claim(cn *conn) (prev *conn, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,6 +259,25 @@ func (s *Server) claim(cn *conn) (prev *conn, ok bool) {
 	}
 	cn.as.active = cn
 	return prev, true
+}
+
+// registered ends the handshake of cn, now the app's server, and refuses
+// the other connections still in it: the app is served. If cn has ended
+// meanwhile, the connections that came since are left to their own
+// handshakes.
+func (s *Server) registered(cn *conn) {
+	s.mu.Lock()
+	if cn.isClosed() {
+		s.mu.Unlock()
+		return
+	}
+	cn.serving = true
+	others := slices.DeleteFunc(cn.as.handshaking, func(c *conn) bool { return c == cn })
+	cn.as.handshaking = nil
+	s.mu.Unlock()
+	for _, c := range others {
+		c.refuse(alreadyServed(cn.as.appID))
+	}
 }
 
 // release frees the app's socket for a new connection, if cn holds it.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/frame"
 	"github.com/pcp-dev/pcp/internal/store"
+	"github.com/pcp-dev/pcp/internal/testkit"
 	"github.com/pcp-dev/pcp/internal/tier1"
 )
 
@@ -93,6 +96,9 @@ func (f *fixture) connect() *app {
 	return a
 }
 
+// waitState waits for the broker to list the app in state want. It polls:
+// an app's state has no event to wait on short of a subscription, whose
+// agent connection this fixture does not keep.
 func (f *fixture) waitState(want string) {
 	f.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -174,6 +180,7 @@ func wait(t testing.TB, ch <-chan outcome) outcome {
 }
 
 func TestHungAppTimesOut(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	f := newFixture(t, core.Config{})
 	a := f.connect()
 	ch := f.invokeAsync("work", "")
@@ -200,6 +207,7 @@ func TestHungAppTimesOut(t *testing.T) {
 }
 
 func TestCrashMidInvoke(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	f := newFixture(t, core.Config{})
 	a := f.connect()
 	ch := f.invokeAsync("work", "")
@@ -225,6 +233,7 @@ func TestCrashMidInvoke(t *testing.T) {
 }
 
 func TestProtocolErrorFailsCallsInFlight(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	f := newFixture(t, core.Config{})
 	a := f.connect()
 	ch := f.invokeAsync("work", "")
@@ -242,6 +251,7 @@ func TestProtocolErrorFailsCallsInFlight(t *testing.T) {
 }
 
 func TestValidateBeforeConfirmation(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	f := newFixture(t, core.Config{})
 	a := f.connect()
 	ch := f.invokeAsync("wipe", `{"what":"everything"}`)
@@ -266,6 +276,7 @@ func TestValidateBeforeConfirmation(t *testing.T) {
 }
 
 func TestLivenessByPing(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	f := newFixture(t, core.Config{LivenessInterval: 50 * time.Millisecond, LivenessTimeout: 100 * time.Millisecond})
 	a := f.connect()
 	// Answer two Pings, then stop answering.
@@ -298,6 +309,7 @@ func TestLivenessByPing(t *testing.T) {
 }
 
 func TestStateAndShutdown(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	f := newFixture(t, core.Config{})
 	a := f.connect()
 	done := make(chan *api.AppsStateResult, 1)
@@ -376,4 +388,124 @@ func FuzzAppConn(f *testing.F) {
 		wait(t, ch)
 		x.waitState(api.AppNotRunning)
 	})
+}
+
+// dial connects to the per-app socket without a handshake.
+func (f *fixture) dial() *app {
+	f.t.Helper()
+	c, err := net.Dial("unix", f.path)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { c.Close() })
+	return &app{t: f.t, c: c, r: frame.NewReader(c, 0)}
+}
+
+// expectShutdown reads the AppShutdown that ends a connection, checks its
+// reason starts with one of prefixes and that the connection then closes.
+func (a *app) expectShutdown(prefixes ...string) {
+	a.t.Helper()
+	for {
+		m := a.next()
+		if _, ok := m.(*tier1.GetManifest); ok {
+			continue // a silent connection may not have read it yet
+		}
+		sd, ok := m.(*tier1.AppShutdown)
+		if !ok || !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(sd.Reason, p) }) {
+			a.t.Fatalf("got %T %+v, want AppShutdown %q...", m, m, prefixes)
+		}
+		break
+	}
+	a.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := a.r.Next(); err == nil {
+		a.t.Fatal("the connection stayed open after AppShutdown")
+	}
+}
+
+// A peer that connects first and says nothing does not keep the app out:
+// the app that answers the handshake is served at once, and the silent
+// one is then told the app is served and closed.
+func TestSilentConnectionDoesNotHoldTheSlot(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	f := newFixture(t, core.Config{})
+	squatter := f.dial()
+	if _, ok := squatter.next().(*tier1.GetManifest); !ok {
+		t.Fatal("want GetManifest")
+	}
+	start := time.Now()
+	a := f.connect()
+	if d := time.Since(start); d >= HandshakeTimeout/2 {
+		t.Errorf("the app was served after %v, want at once", d)
+	}
+	squatter.expectShutdown(alreadyServed(testApp))
+	// A connection arriving while the app is served is refused at once,
+	// before any handshake.
+	late := f.dial()
+	if sd, ok := late.next().(*tier1.AppShutdown); !ok || sd.Reason != alreadyServed(testApp) {
+		t.Fatalf("a connection while served got %+v, want AppShutdown", sd)
+	}
+	ch := f.invokeAsync("work", "")
+	inv := a.next().(*tier1.InvokeCapability)
+	a.send(tier1.CapabilityResultMsg{RequestID: inv.RequestID, Status: api.StatusSuccess})
+	if o := wait(t, ch); o.err != nil {
+		t.Fatalf("invoking the app: %v", o.err)
+	}
+}
+
+// MaxHandshakes silent connections do not keep the app out either: a new
+// connection displaces the one silent longest.
+func TestHandshakeSlotsDisplaceTheSilent(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	f := newFixture(t, core.Config{})
+	var silent []*app
+	for range MaxHandshakes {
+		s := f.dial()
+		if _, ok := s.next().(*tier1.GetManifest); !ok {
+			t.Fatal("want GetManifest")
+		}
+		silent = append(silent, s)
+	}
+	f.connect()
+	silent[0].expectShutdown(fmt.Sprintf("no ManifestResponse before %d newer connections", MaxHandshakes))
+	for _, s := range silent[1:] {
+		s.expectShutdown(alreadyServed(testApp))
+	}
+}
+
+// A silent connection alone times out on its own.
+func TestHandshakeTimeout(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	f := newFixture(t, core.Config{})
+	f.srv.mu.Lock()
+	f.srv.handshakeTimeout = 50 * time.Millisecond
+	f.srv.mu.Unlock()
+	s := f.dial()
+	s.expectShutdown("no ManifestResponse within 50ms")
+	f.connect() // the socket is free
+}
+
+// Of two connections that answer the handshake, the one whose manifest
+// registers serves the app, whatever the order: a manifest that fails
+// registration does not make the daemon refuse a good one.
+func TestHandshakeDecidesTheApp(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	f := newFixture(t, core.Config{})
+	bad, good := f.dial(), f.dial()
+	for _, a := range []*app{bad, good} {
+		if _, ok := a.next().(*tier1.GetManifest); !ok {
+			t.Fatal("want GetManifest")
+		}
+	}
+	bad.send(tier1.ManifestResponse{AppID: testApp, Manifest: json.RawMessage(`{"version":"1.0","capabilities":[{"name":"x","tier":9,"trust_level":"auto"}],"signature":""}`)})
+	good.send(tier1.ManifestResponse{AppID: testApp, Manifest: testManifest})
+	// Refused for its manifest, or, when the good one registered first,
+	// because the app is served.
+	bad.expectShutdown("registration refused: MANIFEST_INVALID", alreadyServed(testApp))
+	f.waitState(api.AppRunning)
+	ch := f.invokeAsync("work", "")
+	inv := good.next().(*tier1.InvokeCapability)
+	good.send(tier1.CapabilityResultMsg{RequestID: inv.RequestID, Status: api.StatusSuccess})
+	if o := wait(t, ch); o.err != nil {
+		t.Fatalf("invoking the app: %v", o.err)
+	}
 }

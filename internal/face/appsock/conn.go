@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -41,14 +42,25 @@ type conn struct {
 	manifest chan *tier1.ManifestResponse // non-nil during the handshake
 	sess     *core.Session
 	closed   bool
+	// refusal is why another connection ended cn's handshake (refuse),
+	// kicked closed when it is set.
+	refusal string
+	kicked  chan struct{}
 	// cause is why the connection closed, given to calls still waiting.
 	cause error
 	done  chan struct{} // closed when the connection starts to end
 	ended chan struct{} // closed when it has ended
+
+	// answered is set once the app answered GetManifest, serving once
+	// it is registered; guarded by Server.mu, which admits connections by
+	// them.
+	answered, serving bool
+	// handshakeTimeout is the Server's, set when cn is admitted.
+	handshakeTimeout time.Duration
 }
 
 func newConn(s *Server, as *appSocket, c *net.UnixConn, uid, pid int) *conn {
-	return &conn{srv: s, as: as, c: c, uid: uid, pid: pid, pending: map[uint64]chan any{}, done: make(chan struct{}), ended: make(chan struct{})}
+	return &conn{srv: s, as: as, c: c, uid: uid, pid: pid, pending: map[uint64]chan any{}, done: make(chan struct{}), ended: make(chan struct{}), kicked: make(chan struct{})}
 }
 
 // errGone is the cause of a connection that ended without a protocol
@@ -57,53 +69,126 @@ func newConn(s *Server, as *appSocket, c *net.UnixConn, uid, pid int) *conn {
 var errGone = fmt.Errorf("per-app connection closed: %w", net.ErrClosed)
 
 // serve runs the connection: handshake, registration, then replies until
-// it closes.
-func (cn *conn) serve() {
+// it closes. A connection admitted with a refusal is told it and closed.
+func (cn *conn) serve(refusal string) {
 	log := cn.srv.log.With("app_id", cn.as.appID, "pid", cn.pid)
-	prev, ok := cn.srv.claim(cn)
-	if !ok {
-		log.Warn("refused a second connection for an app already served")
-		cn.end(fmt.Sprintf("app %s is already served by another connection on this socket", cn.as.appID), nil)
+	if refusal != "" {
+		log.Warn("refused a per-app connection", "reason", refusal)
+		cn.end(refusal, nil)
 		return
 	}
-	if prev != nil {
-		<-prev.ended // bounded: end takes at most about a second
-	}
-	sess := cn.srv.b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: cn.uid, PID: cn.pid}, cn.endpoint())
+	defer cn.end("", nil)
+	defer cn.srv.leaveHandshake(cn)
 	mch := make(chan *tier1.ManifestResponse, 1)
 	cn.mu.Lock()
-	cn.sess, cn.manifest = sess, mch
+	cn.manifest = mch
 	cn.mu.Unlock()
-	defer cn.end("", nil)
 	go cn.readLoop()
 
 	if err := cn.write(tier1.GetManifest{}); err != nil {
 		return
 	}
-	var mr *tier1.ManifestResponse
-	select {
-	case mr = <-mch:
-	case <-cn.done:
-		log.Info("per-app connection closed during the handshake", "reason", cn.err())
-		return
-	case <-time.After(HandshakeTimeout):
-		cn.end(fmt.Sprintf("no ManifestResponse within %s", HandshakeTimeout), nil)
+	mr, why := cn.awaitManifest(mch)
+	if mr == nil {
+		if why != "" {
+			log.Info("per-app connection ended in the handshake", "reason", why)
+			cn.end(why, nil)
+		} else {
+			log.Info("per-app connection closed during the handshake", "reason", cn.err())
+		}
 		return
 	}
+	cn.srv.answered(cn)
 	if mr.AppID != cn.as.appID {
 		cn.end(fmt.Sprintf("the manifest is for app %q; this socket is for %q", mr.AppID, cn.as.appID), nil)
 		return
+	}
+	if !cn.register(log, mr) {
+		return
+	}
+	log.Info("app serving on its per-app socket")
+	<-cn.done
+	log.Info("per-app connection closed", "reason", cn.err())
+}
+
+// awaitManifest waits for the app's ManifestResponse. Without one it
+// returns why the daemon ends the connection, or "" when the connection
+// ended by itself.
+func (cn *conn) awaitManifest(mch <-chan *tier1.ManifestResponse) (*tier1.ManifestResponse, string) {
+	t := time.NewTimer(cn.handshakeTimeout)
+	defer t.Stop()
+	select {
+	case mr := <-mch:
+		return mr, ""
+	case <-cn.done:
+		return nil, ""
+	case <-cn.kicked:
+		return nil, cn.kickReason()
+	case <-t.C:
+		return nil, fmt.Sprintf("no ManifestResponse within %s", cn.handshakeTimeout)
+	}
+}
+
+// register makes cn the app's server: it claims the app, opens the
+// session and registers the manifest, one connection of the socket at a
+// time. It reports whether cn now serves the app; if not, cn has ended.
+func (cn *conn) register(log *slog.Logger, mr *tier1.ManifestResponse) bool {
+	select {
+	case cn.as.register <- struct{}{}:
+	case <-cn.done:
+		return false
+	case <-cn.kicked:
+		cn.end(cn.kickReason(), nil)
+		return false
+	}
+	defer func() { <-cn.as.register }()
+	prev, ok := cn.srv.claim(cn)
+	if !ok {
+		log.Warn("refused a second connection for an app already served")
+		cn.end(alreadyServed(cn.as.appID), nil)
+		return false
+	}
+	if prev != nil {
+		<-prev.ended // bounded: end takes at most about a second
+	}
+	sess := cn.srv.b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: cn.uid, PID: cn.pid}, cn.endpoint())
+	cn.mu.Lock()
+	closed := cn.closed
+	if !closed {
+		cn.sess = sess
+	}
+	cn.mu.Unlock()
+	if closed { // ended while claiming: end did not see the session
+		sess.Close()
+		return false
 	}
 	ctx := core.WithSession(context.Background(), sess)
 	if _, err := cn.srv.b.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: cn.as.appID, Manifest: mr.Manifest}); err != nil {
 		e := api.AsError(err)
 		log.Warn("per-app registration refused", "err", e.Message)
 		cn.end(fmt.Sprintf("registration refused: %s: %s", e.Code.Name(), e.Message), nil)
-		return
+		return false
 	}
-	log.Info("app serving on its per-app socket")
-	<-cn.done
-	log.Info("per-app connection closed", "reason", cn.err())
+	cn.srv.registered(cn)
+	return true
+}
+
+// refuse ends cn's handshake with reason, told to the app: it lost to
+// another connection or was displaced by newer ones. A connection past
+// its handshake ignores it.
+func (cn *conn) refuse(reason string) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.refusal == "" && !cn.closed {
+		cn.refusal = reason
+		close(cn.kicked)
+	}
+}
+
+func (cn *conn) kickReason() string {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.refusal
 }
 
 // readLoop reads replies until the connection fails, then closes it.
