@@ -55,29 +55,36 @@ const (
 	AuditPolicyLoadFailed = "load_failed"
 )
 
+// The detail structs below list their fields sorted by JSON name, so
+// that their encoding is canonical (RFC 8785 orders members the same way);
+// a test in this package keeps them so.
+
 // AuditErrorDetail is the detail of a refused registration.
 type AuditErrorDetail struct {
 	Error string `json:"error"`
+	// SuppressedSinceLastEntry counts the refusals of the same kind that
+	// were not audited one by one since the last entry.
+	SuppressedSinceLastEntry int64 `json:"suppressed_since_last_entry,omitempty"`
 }
 
 // AuditRegisterDetail is the detail of a registration.
 type AuditRegisterDetail struct {
 	CapabilityIDs []string `json:"capability_ids"`
-	Signed        bool     `json:"signed"`
 	Publisher     string   `json:"publisher"`
 	// Serve is whether the registering connection serves the app.
-	Serve bool `json:"serve"`
+	Serve  bool `json:"serve"`
+	Signed bool `json:"signed"`
 }
 
 // AuditInvokeDetail is the detail of an invocation; an entry with none of
 // these has no detail.
 type AuditInvokeDetail struct {
+	// Error is the error's message when it failed.
+	Error string `json:"error,omitempty"`
 	// Route is where the dispatch sent it: "in_process", "platform",
 	// "native", "accessibility:<adapter id>" or "accessibility"; empty when
 	// it failed before a route was chosen.
 	Route string `json:"route,omitempty"`
-	// Error is the error's message when it failed.
-	Error string `json:"error,omitempty"`
 	// SuppressedSinceLastEntry counts the refusals of the same kind that
 	// the rate limiter did not audit one by one since the last entry.
 	SuppressedSinceLastEntry int64 `json:"suppressed_since_last_entry,omitempty"`
@@ -85,22 +92,22 @@ type AuditInvokeDetail struct {
 
 // AuditActionDetail is the detail of a structural action.
 type AuditActionDetail struct {
-	SurfaceID string `json:"surface_id"`
-	ElementID string `json:"element_id"`
 	Action    string `json:"action"`
+	ElementID string `json:"element_id"`
+	SurfaceID string `json:"surface_id"`
 }
 
 // AuditAdapterDetail is the detail of an adapter's binding.
 type AuditAdapterDetail struct {
 	AdapterID      string `json:"adapter_id"`
-	SurfaceType    string `json:"surface_type"`
 	SupportedTiers []int  `json:"supported_tiers"`
+	SurfaceType    string `json:"surface_type"`
 }
 
 // AuditRevokeDetail is the detail of a revocation.
 type AuditRevokeDetail struct {
-	Reason                  string   `json:"reason"`
 	CapabilityIDs           []string `json:"capability_ids"`
+	Reason                  string   `json:"reason"`
 	TerminatedSubscriptions int      `json:"terminated_subscriptions"`
 }
 
@@ -124,6 +131,6 @@ type AuditJobDetail struct {
 
 // AuditPolicyDetail is the detail of a policy load.
 type AuditPolicyDetail struct {
-	Path  string `json:"path"`
 	Error string `json:"error,omitempty"`
+	Path  string `json:"path"`
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -300,8 +299,8 @@ func (b *Broker) confirmationChanged(ctx context.Context, info api.Confirmation,
 	if actor == "" {
 		actor = info.Requester
 	}
-	detail, _ := json.Marshal(map[string]any{"confirmation_id": info.ConfirmationID, "description": info.Description, "reason": info.Reason})
-	err := b.audit(ctx, audit.Record{Kind: "confirmation", Actor: actor, AppID: info.AppID, CapabilityID: info.CapabilityID, Outcome: info.State, Detail: detail})
+	detail := detailOf(&api.AuditConfirmationDetail{ConfirmationID: info.ConfirmationID, Description: info.Description, Reason: info.Reason})
+	err := b.audit(ctx, audit.Record{Kind: api.AuditConfirmation, Actor: actor, AppID: info.AppID, CapabilityID: info.CapabilityID, Outcome: info.State, Detail: detail})
 	ev := map[string]string{
 		api.ConfirmPending: api.EventConfirmationRequested, api.ConfirmApproved: api.EventConfirmationApproved,
 		api.ConfirmDenied: api.EventConfirmationDenied, api.ConfirmExpired: api.EventConfirmationExpired,

@@ -267,29 +267,28 @@ func (b *Broker) record(ctx context.Context, inv *invocation, res *api.Capabilit
 	if inv.c != nil {
 		appID = inv.c.AppID
 	}
-	kind := "invoke"
+	kind := api.AuditInvoke
 	if p.Admin {
-		kind = "invoke_admin"
+		kind = api.AuditInvokeAdmin
 	}
 	rec := audit.Record{
 		Time: inv.start, Kind: kind, Source: string(p.Source), Actor: inv.sess.Actor(),
 		AppID: appID, CapabilityID: p.CapabilityID, ParamsDigest: audit.ParamsDigest(p.Params),
 		Duration: b.now().Sub(inv.start),
 	}
-	detail := map[string]any{}
-	if inv.route != "" {
-		detail["route"] = inv.route
-	}
+	detail := api.AuditInvokeDetail{Route: inv.route}
 	var e *api.Error
 	if err != nil {
 		e = api.AsError(err)
 		err = e
 		rec.Outcome = e.Code.Name()
-		detail["error"] = e.Message
+		detail.Error = e.Message
 	} else {
 		rec.Outcome = res.Status
 	}
-	rec.Detail = detailJSON(detail)
+	if detail != (api.AuditInvokeDetail{}) {
+		rec.Detail = detailOf(&detail)
+	}
 	publish := inv.c != nil
 	if e != nil && !inv.ran {
 		write, suppressed := b.limits.shouldAudit(refusalKey(inv.sess, kind, e), inv.start, rec)

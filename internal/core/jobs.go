@@ -139,8 +139,8 @@ func (b *Broker) jobChanged(ctx context.Context, j stored.Job, actor string) {
 	if actor == "" {
 		actor = j.Actor
 	}
-	detail, _ := json.Marshal(map[string]any{"job_id": j.ID, "reason": j.Reason})
-	b.audit(ctx, audit.Record{Kind: "job", Actor: actor, Source: j.Source, AppID: j.AppID, CapabilityID: j.CapabilityID,
+	detail := detailOf(&api.AuditJobDetail{JobID: j.ID, Reason: j.Reason})
+	b.audit(ctx, audit.Record{Kind: api.AuditJob, Actor: actor, Source: j.Source, AppID: j.AppID, CapabilityID: j.CapabilityID,
 		ParamsDigest: audit.ParamsDigest(j.Params), Outcome: j.State, Detail: detail})
 	ev := map[string]string{
 		api.JobQueued: api.EventJobQueued, api.JobRunning: api.EventJobRunning, api.JobDone: api.EventJobDone,

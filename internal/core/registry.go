@@ -112,8 +112,8 @@ func (b *Broker) RegisterCapability(ctx context.Context, p *api.RegisterCapabili
 	if err := b.register(ctx, r); err != nil {
 		return nil, b.refuseRegistration(ctx, r, err)
 	}
-	rec := audit.Record{Kind: "register", Actor: r.sess.Actor(), AppID: p.AppID, Outcome: "success", Duration: b.now().Sub(r.start),
-		Detail: detailJSON(map[string]any{"capability_ids": r.ids, "signed": r.signed, "publisher": r.publisher, "serve": r.serve})}
+	rec := audit.Record{Kind: api.AuditRegister, Actor: r.sess.Actor(), AppID: p.AppID, Outcome: api.AuditSuccess, Duration: b.now().Sub(r.start),
+		Detail: detailOf(&api.AuditRegisterDetail{CapabilityIDs: r.ids, Signed: r.signed, Publisher: r.publisher, Serve: r.serve})}
 	if err := b.audit(ctx, rec); err != nil {
 		return nil, err
 	}
@@ -240,8 +240,8 @@ func (b *Broker) indexRegistration(ctx context.Context, r *registration) error {
 // record) and returns the error to answer.
 func (b *Broker) refuseRegistration(ctx context.Context, r *registration, err error) error {
 	e := api.AsError(err)
-	rec := audit.Record{Time: r.start, Kind: "register", Actor: r.sess.Actor(), AppID: r.p.AppID, Outcome: e.Code.Name(),
-		Duration: b.now().Sub(r.start), Detail: detailJSON(map[string]any{"error": e.Message})}
+	rec := audit.Record{Time: r.start, Kind: api.AuditRegister, Actor: r.sess.Actor(), AppID: r.p.AppID, Outcome: e.Code.Name(),
+		Duration: b.now().Sub(r.start), Detail: detailOf(&api.AuditErrorDetail{Error: e.Message})}
 	write, suppressed := b.limits.shouldAudit(refusalKey(r.sess, "register", e), r.start, rec)
 	if !write {
 		return e
@@ -380,8 +380,8 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 	}
 	b.mu.Unlock()
 
-	rec := audit.Record{Kind: "revoke", Actor: SessionFrom(ctx).Actor(), AppID: p.AppID, Outcome: "success", Duration: b.now().Sub(start),
-		Detail: detailJSON(map[string]any{"reason": p.Reason, "capability_ids": capIDs, "terminated_subscriptions": len(ended)})}
+	rec := audit.Record{Kind: api.AuditRevoke, Actor: SessionFrom(ctx).Actor(), AppID: p.AppID, Outcome: api.AuditSuccess, Duration: b.now().Sub(start),
+		Detail: detailOf(&api.AuditRevokeDetail{Reason: p.Reason, CapabilityIDs: capIDs, TerminatedSubscriptions: len(ended)})}
 	if err := b.audit(ctx, rec); err != nil {
 		return nil, err
 	}
@@ -435,8 +435,8 @@ func (b *Broker) AllowApp(ctx context.Context, p *api.AppsAllowParams) (*api.App
 	b.mu.Lock()
 	delete(b.revoked, p.AppID)
 	b.mu.Unlock()
-	rec := audit.Record{Kind: "allow", Actor: SessionFrom(ctx).Actor(), AppID: p.AppID, Outcome: "success",
-		Detail: detailJSON(map[string]any{"was_revoked": was})}
+	rec := audit.Record{Kind: api.AuditAllow, Actor: SessionFrom(ctx).Actor(), AppID: p.AppID, Outcome: api.AuditSuccess,
+		Detail: detailOf(&api.AuditAllowDetail{WasRevoked: was})}
 	if err := b.audit(ctx, rec); err != nil {
 		return nil, err
 	}
