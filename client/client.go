@@ -251,9 +251,23 @@ func (c *Client) AppState(ctx context.Context, p *api.AppsStateParams) (*api.App
 	return call[api.AppsStateResult](ctx, c, api.MethodAppsState, p)
 }
 
-// AuditTail returns recent audit entries.
+// AuditTail returns the newest limit audit entries, oldest first; limit 0
+// means the daemon's default. The daemon answers a page at a time (at
+// most 1000 entries, cut to fit a frame); AuditTail follows the pages'
+// cursors until it has limit entries or the log's first. Next is the
+// cursor of what is older still, if the last page had one.
 func (c *Client) AuditTail(ctx context.Context, limit int) (*api.AuditTailResult, error) {
-	return call[api.AuditTailResult](ctx, c, api.MethodAuditTail, &api.AuditTailParams{Limit: limit})
+	entries, next, err := follow(limit, true, func(n int, before int64) ([]api.AuditEntry, int64, error) {
+		r, err := call[api.AuditTailResult](ctx, c, api.MethodAuditTail, &api.AuditTailParams{Limit: n, Before: before})
+		if err != nil {
+			return nil, 0, err
+		}
+		return r.Entries, r.Next, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &api.AuditTailResult{Entries: entries, Next: next}, nil
 }
 
 // AuditVerify verifies the audit chain.
@@ -261,9 +275,20 @@ func (c *Client) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error
 	return call[api.AuditVerifyResult](ctx, c, api.MethodAuditVerify, nil)
 }
 
-// EventHistory returns recent events from the journal.
+// EventHistory returns the newest limit events of the journal, oldest
+// first, following the daemon's pages as AuditTail does.
 func (c *Client) EventHistory(ctx context.Context, limit int) (*api.EventsHistoryResult, error) {
-	return call[api.EventsHistoryResult](ctx, c, api.MethodEventsHistory, &api.EventsHistoryParams{Limit: limit})
+	events, next, err := follow(limit, true, func(n int, before int64) ([]api.Event, int64, error) {
+		r, err := call[api.EventsHistoryResult](ctx, c, api.MethodEventsHistory, &api.EventsHistoryParams{Limit: n, Before: before})
+		if err != nil {
+			return nil, 0, err
+		}
+		return r.Events, r.Next, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &api.EventsHistoryResult{Events: events, Next: next}, nil
 }
 
 // ConfirmList lists confirmations: every one over the control socket, the
@@ -283,9 +308,45 @@ func (c *Client) ConfirmDeny(ctx context.Context, id, reason string) (*api.Confi
 }
 
 // JobsList lists deferred jobs, newest first; limit 0 means the daemon's
-// default.
+// default. It follows the daemon's pages as AuditTail does.
 func (c *Client) JobsList(ctx context.Context, limit int) (*api.JobsListResult, error) {
-	return call[api.JobsListResult](ctx, c, api.MethodJobsList, &api.JobsListParams{Limit: limit})
+	jobs, next, err := follow(limit, false, func(n int, before string) ([]api.Job, string, error) {
+		r, err := call[api.JobsListResult](ctx, c, api.MethodJobsList, &api.JobsListParams{Limit: n, Before: before})
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Jobs, r.Next, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &api.JobsListResult{Jobs: jobs, Next: next}, nil
+}
+
+// follow reads a paged list of at most limit items (0: one page of the
+// daemon's default), each page older than the one before, until it has
+// limit items or a page carries no cursor. oldestFirst says how the
+// daemon orders a page, and so where an older page goes.
+func follow[T any, C comparable](limit int, oldestFirst bool, page func(n int, before C) ([]T, C, error)) ([]T, C, error) {
+	var (
+		zero, before C
+		items        []T
+	)
+	for {
+		got, next, err := page(limit-len(items), before)
+		if err != nil {
+			return nil, zero, err
+		}
+		if oldestFirst {
+			items = append(got, items...)
+		} else {
+			items = append(items, got...)
+		}
+		if limit <= 0 || next == zero || len(got) == 0 || len(items) >= limit {
+			return items, next, nil
+		}
+		before = next
+	}
 }
 
 // JobsUndo undoes a queued job before it runs (control socket only).
