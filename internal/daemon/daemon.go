@@ -57,6 +57,8 @@ type Server struct {
 	stream *stream.Server
 	lns    []listener
 	shed   *shedder
+	// lineBudget bounds the long JSON-RPC lines of every connection.
+	lineBudget *deadline.Budget
 
 	// ctx scopes the server's own background work; cancel ends it.
 	ctx    context.Context
@@ -146,10 +148,11 @@ func New(cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	lim := cfg.Limits
+	s.lineBudget = deadline.NewBudget(lim.LineMemory)
 	s.face = rpc.NewServer(s.b, rpc.Options{MaxLine: cfg.MaxLine, Token: token, Logger: s.log,
 		AuthTimeout: off(lim.Auth), AuthMaxLine: lim.AuthMaxLine,
 		AuthFailuresPerSecond: lim.AuthFailuresPerSecond, AuthFailureBurst: lim.AuthFailureBurst,
-		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: deadline.NewBudget(lim.LineMemory)})
+		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: s.lineBudget})
 	s.stream = stream.NewServer(s.b, stream.Options{Logger: s.log, IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message)})
 	if err := s.listen(); err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ import (
 // socket named by PCP_TEST_DIAL and prints the first line it gets.
 func TestMain(m *testing.M) {
 	runBenchChild()
+	runTestChild()
 	if path := os.Getenv("PCP_TEST_DIAL"); path != "" {
 		c, err := net.Dial("unix", path)
 		if err != nil {
