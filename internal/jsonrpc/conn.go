@@ -258,11 +258,17 @@ func (c *Conn) Run() error {
 			continue
 		}
 		if err == ErrLineTooLong {
+			limit := lr.Max()
 			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
 				Code:    api.CodeInvalidRequest,
-				Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, c.opts.MaxLine),
-				Data:    map[string]any{"limit": c.opts.MaxLine, "size": lr.Skipped},
+				Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, limit),
+				Data:    map[string]any{"limit": limit, "size": lr.Skipped},
 			})
+			if gated && !c.gatePassed.Load() {
+				c.hangUp() // the gate's message was not what it must be
+				eof = true
+				return nil
+			}
 			continue
 		}
 		if err != nil {

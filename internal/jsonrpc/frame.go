@@ -93,6 +93,9 @@ func (l *LineReader) SetMax(max int) {
 	}
 }
 
+// Max is the line bound in force.
+func (l *LineReader) Max() int { return l.max }
+
 // prefixed reads pending, then r.
 type prefixed struct {
 	pending []byte
