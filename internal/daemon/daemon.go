@@ -150,7 +150,7 @@ func New(cfg Config) (_ *Server, err error) {
 	lim := cfg.Limits
 	s.lineBudget = deadline.NewBudget(lim.LineMemory)
 	s.face = rpc.NewServer(s.b, rpc.Options{MaxLine: cfg.MaxLine, Token: token, Logger: s.log,
-		AuthTimeout: off(lim.Auth), AuthMaxLine: lim.AuthMaxLine,
+		AuthTimeout: lim.Auth, AuthMaxLine: lim.AuthMaxLine,
 		AuthFailuresPerSecond: lim.AuthFailuresPerSecond, AuthFailureBurst: lim.AuthFailureBurst,
 		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: s.lineBudget})
 	s.stream = stream.NewServer(s.b, stream.Options{Logger: s.log, IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message)})

@@ -26,7 +26,7 @@ type Options struct {
 	// session.authenticate, alone, before anything else is read.
 	Token string
 	// AuthTimeout closes a TCP connection that has not authenticated in
-	// time; 0 means DefaultAuthTimeout.
+	// time; 0 means DefaultAuthTimeout, negative no bound.
 	AuthTimeout time.Duration
 	// AuthMaxLine bounds a line before authentication; 0 means
 	// DefaultAuthMaxLine.
@@ -68,7 +68,7 @@ func NewServer(b *core.Broker, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.AuthTimeout <= 0 {
+	if opts.AuthTimeout == 0 {
 		opts.AuthTimeout = DefaultAuthTimeout
 	}
 	if opts.AuthMaxLine <= 0 {
