@@ -73,7 +73,9 @@ type Server struct {
 	finished   chan struct{}
 	finishOnce sync.Once
 
-	// mu guards serving, conns, perUID and draining.
+	// mu guards serving, conns, perUID, draining and each tracked.face.
+	// Lock order: mu before shedder.mu; no I/O is done under mu except
+	// closing connections.
 	mu       sync.Mutex
 	serving  bool
 	draining bool // set by Shutdown and Close: no connection enters a face
