@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -35,11 +36,8 @@ func runTestChild() {
 	if role == "" {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
+	ctx, cancel := childContext()
+	defer cancel()
 	dir := os.Getenv(testDirEnv)
 	var err error
 	switch role {
@@ -55,6 +53,18 @@ func runTestChild() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// childContext is a child process's lifetime: it ends on SIGINT or
+// SIGTERM, or when standard input reaches EOF (the parent closed it or
+// died).
+func childContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // nofileDaemon runs pcpd with RLIMIT_NOFILE lowered to $PCP_TEST_NOFILE,

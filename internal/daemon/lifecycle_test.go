@@ -120,22 +120,30 @@ func (a *slowApp) dial(t *testing.T, ctx context.Context, socket string) *client
 	return c
 }
 
+// serveSlowApp starts a daemon without rate limits, the slow app (room
+// for n invocations) and an agent connection.
+func serveSlowApp(t *testing.T, n int) (*served, *slowApp, *client.Client) {
+	t.Helper()
+	r := serve(t, Config{AllowUnsigned: true, RateLimits: &core.RateLimits{}})
+	ctx := context.Background()
+	app := &slowApp{arrived: make(chan struct{}, n), release: make(chan struct{})}
+	appConn := app.dial(t, ctx, r.cfg.Socket)
+	t.Cleanup(func() { appConn.Close() })
+	agent, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Close() })
+	return r, app, agent
+}
+
 // Shutdown with 100 requests in flight: every one is answered, and every
 // answer the client got has its audit entry, as the next start shows.
 func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	const n = 100
-	unlimited := &core.RateLimits{}
-	r := serve(t, Config{AllowUnsigned: true, RateLimits: unlimited})
+	r, app, agent := serveSlowApp(t, n)
 	ctx := context.Background()
-	app := &slowApp{arrived: make(chan struct{}, n), release: make(chan struct{})}
-	appConn := app.dial(t, ctx, r.cfg.Socket)
-	defer appConn.Close()
-	agent, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Close()
 
 	type answer struct {
 		n   int
@@ -208,17 +216,9 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 // A Shutdown whose deadline passes closes what is left and says so.
 func TestShutdownDeadlineClosesTheRest(t *testing.T) {
 	testkit.CheckGoroutines(t)
-	r := serve(t, Config{AllowUnsigned: true, RateLimits: &core.RateLimits{}})
-	ctx := context.Background()
-	app := &slowApp{arrived: make(chan struct{}, 1), release: make(chan struct{})}
+	r, app, agent := serveSlowApp(t, 1)
 	defer close(app.release)
-	appConn := app.dial(t, ctx, r.cfg.Socket)
-	defer appConn.Close()
-	agent, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Close()
+	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() {
 		_, err := agent.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: slowAppID + ".wait", AppID: slowAppID})
