@@ -307,11 +307,11 @@ func (s *Server) stopAccepting() bool {
 		s.mu.Lock()
 		s.draining = true
 		s.mu.Unlock()
-		close(s.quit)
-		s.cancel()
 		for _, ln := range s.lns {
 			ln.l.Close()
 		}
+		close(s.quit) // after the listeners: quit means nothing is accepted
+		s.cancel()
 	})
 	s.accepting.Wait()
 	return first

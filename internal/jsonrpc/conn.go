@@ -249,21 +249,8 @@ func (c *Conn) Run() error {
 	}
 	for {
 		line, err := lr.ReadLine()
-		if err == ErrNoLineBudget {
-			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
-				Code:    api.CodeRateLimited,
-				Message: fmt.Sprintf("line of %d bytes refused: the daemon's memory for long lines (%d bytes) is in use; retry later", lr.Skipped, c.opts.LineBudget.Max()),
-				Data:    map[string]any{"scope": "line_memory", "limit": c.opts.LineBudget.Max(), "size": lr.Skipped},
-			})
-			continue
-		}
-		if err == ErrLineTooLong {
-			limit := lr.Max()
-			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
-				Code:    api.CodeInvalidRequest,
-				Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, limit),
-				Data:    map[string]any{"limit": limit, "size": lr.Skipped},
-			})
+		if err == ErrNoLineBudget || err == ErrLineTooLong {
+			c.refuseLine(lr, err)
 			if gated && !c.gatePassed.Load() {
 				c.hangUp() // the gate's message was not what it must be
 				eof = true
@@ -272,26 +259,9 @@ func (c *Conn) Run() error {
 			continue
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
-				eof = true
-				return nil
-			}
-			if c.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) && lr.Deadlines != nil {
-				if lr.Deadlines.InMessage() {
-					c.protocolError(nil, &api.Error{
-						Code:    api.CodeInvalidRequest,
-						Message: fmt.Sprintf("a line must arrive whole within %v of its first byte; closing", c.opts.MessageTimeout),
-						Data:    map[string]any{"timeout_ms": c.opts.MessageTimeout.Milliseconds()},
-					})
-					return ErrMessageTimeout
-				}
-				if c.busy() {
-					continue // idle, but on duty: the deadline is renewed
-				}
-				return ErrIdle
+			var again bool
+			if again, eof, err = c.readFailed(lr, err); again {
+				continue
 			}
 			return err
 		}
@@ -340,6 +310,52 @@ func (c *Conn) Run() error {
 			}
 		}
 	}
+}
+
+// refuseLine answers a line the reader skipped (err is ErrLineTooLong or
+// ErrNoLineBudget).
+func (c *Conn) refuseLine(lr *LineReader, err error) {
+	id := RecoverID(lr.SkippedPrefix)
+	if err == ErrNoLineBudget {
+		budget := c.opts.LineBudget.Max()
+		c.protocolError(id, &api.Error{
+			Code:    api.CodeRateLimited,
+			Message: fmt.Sprintf("line of %d bytes refused: the daemon's memory for long lines (%d bytes) is in use; retry later", lr.Skipped, budget),
+			Data:    map[string]any{"scope": "line_memory", "limit": budget, "size": lr.Skipped},
+		})
+		return
+	}
+	limit := lr.Max()
+	c.protocolError(id, &api.Error{
+		Code:    api.CodeInvalidRequest,
+		Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, limit),
+		Data:    map[string]any{"limit": limit, "size": lr.Skipped},
+	})
+}
+
+// readFailed decides what a read error means for Run: again when the
+// idle deadline passed on a connection with duties (read on); eof when
+// the peer stopped sending (answer what was read, then close); else the
+// error Run returns (nil for a closed connection).
+func (c *Conn) readFailed(lr *LineReader, err error) (again, eof bool, _ error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		return false, true, nil
+	case c.ctx.Err() != nil || errors.Is(err, net.ErrClosed):
+		return false, false, nil
+	case !errors.Is(err, os.ErrDeadlineExceeded) || lr.Deadlines == nil:
+		return false, false, err
+	case lr.Deadlines.InMessage():
+		c.protocolError(nil, &api.Error{
+			Code:    api.CodeInvalidRequest,
+			Message: fmt.Sprintf("a line must arrive whole within %v of its first byte; closing", c.opts.MessageTimeout),
+			Data:    map[string]any{"timeout_ms": c.opts.MessageTimeout.Milliseconds()},
+		})
+		return false, false, ErrMessageTimeout
+	case c.busy():
+		return true, false, nil // idle, but on duty: the deadline is renewed
+	}
+	return false, false, ErrIdle
 }
 
 // ErrIdle is returned by Run when it closed the connection for the idle
