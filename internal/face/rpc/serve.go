@@ -83,7 +83,8 @@ func NewServer(b *core.Broker, opts Options) *Server {
 	return &Server{b: b, opts: opts, authFailures: rate.NewLimiter(rate.Limit(opts.AuthFailuresPerSecond), opts.AuthFailureBurst)}
 }
 
-// maxAuthFailures closes a TCP connection that keeps guessing the token.
+// maxAuthFailures closes an authenticated TCP connection that keeps
+// presenting wrong tokens.
 const maxAuthFailures = 3
 
 // ServeConn serves one accepted connection until it closes. info says who
@@ -177,8 +178,9 @@ func (h *handler) authenticate(raw json.RawMessage) (any, error) {
 	if h.srv.opts.Token == "" || subtle.ConstantTimeCompare([]byte(p.Token), []byte(h.srv.opts.Token)) != 1 {
 		lim.Allow()
 		if h.failures.Add(1) >= maxAuthFailures {
-			// Let the refusal reach the peer, then hang up.
-			time.AfterFunc(100*time.Millisecond, func() { h.conn.Close() })
+			// Let the refusal reach the peer, then hang up. (Before
+			// authentication the gate already hangs up at the first.)
+			h.conn.CloseWhenIdle()
 		}
 		return nil, api.Errorf(api.CodePermissionDenied, nil, "invalid token")
 	}
