@@ -15,6 +15,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/jsonrpc"
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // DefaultSocket is the agent socket path: $PCP_SOCKET, else
@@ -89,7 +90,29 @@ func dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pcp: connecting to %s: %w (is pcpd running?)", path, err)
 	}
+	if err := checkServer(c.(*net.UnixConn), path); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkServer refuses a socket that is not served by the caller's own
+// user: SO_PEERCRED on a dialled socket names the process that listened.
+// Another user who got to the socket path first (a directory they
+// created, a socket they swapped in) would otherwise read our requests
+// and forge the replies.
+func checkServer(c *net.UnixConn, path string) error {
+	uid, pid, err := unixsock.PeerCred(c)
+	if err != nil {
+		return api.Errorf(api.CodePermissionDenied, map[string]any{"socket": path},
+			"pcp: %s: cannot read the server's credentials: %v", path, err)
+	}
+	if self := os.Getuid(); !unixsock.AllowPeer(uid, self) {
+		return api.Errorf(api.CodePermissionDenied, map[string]any{"socket": path, "uid": uid, "pid": pid},
+			"pcp: %s is served by uid %d (pid %d), not by this user (uid %d); refusing to talk to it", path, uid, pid, self)
+	}
+	return nil
 }
 
 // DialTCP connects to the daemon's loopback TCP listener and presents the

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/daemon"
@@ -40,6 +41,12 @@ func main() {
 	cfg.RateLimits = &rl
 	fs.DurationVar(&cfg.LivenessInterval, "liveness-interval", core.DefaultLivenessInterval, "how often connected apps are asked health.check (negative: never)")
 	fs.DurationVar(&cfg.LivenessTimeout, "liveness-timeout", core.DefaultLivenessTimeout, "an app that does not answer health.check within this is unresponsive")
+	fs.DurationVar(&cfg.Limits.FirstByte, "first-byte-timeout", daemon.DefaultFirstByteTimeout, "close a Unix connection that sends nothing for this long after connecting (negative: never)")
+	fs.DurationVar(&cfg.Limits.Idle, "idle-timeout", daemon.DefaultIdleTimeout, "close a silent connection with no request in flight, no app and no subscription after this long (negative: never)")
+	fs.DurationVar(&cfg.Limits.Message, "message-timeout", daemon.DefaultMessageTimeout, "a message begun must arrive whole within this (negative: no bound)")
+	fs.IntVar(&cfg.Limits.Connections, "max-connections", daemon.DefaultMaxConnections, "connections open at once, all listeners together")
+	fs.IntVar(&cfg.Limits.ConnectionsPerUID, "max-connections-per-uid", daemon.DefaultMaxConnectionsUID, "connections open at once from one uid on the Unix sockets")
+	shutdownTimeout := fs.Duration("shutdown-timeout", daemon.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may take to finish before their connections are closed")
 	fs.Parse(os.Args[1:])
 
 	var lv slog.Level
@@ -63,8 +70,27 @@ func main() {
 		}
 	}()
 	cfg.Reload = reload
-	if err := daemon.Run(ctx, cfg); err != nil {
+	if err := run(ctx, cfg, *shutdownTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "pcpd:", err)
 		os.Exit(1)
 	}
+}
+
+// run serves until ctx is cancelled (a signal), then shuts down, giving
+// the requests in flight at most grace to finish. A signal is success.
+func run(ctx context.Context, cfg daemon.Config, grace time.Duration) error {
+	srv, err := daemon.New(cfg)
+	if err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background()) }()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		cfg.Logger.Warn("shutdown cut short", "err", err)
+	}
+	<-served
+	return nil
 }

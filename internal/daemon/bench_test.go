@@ -22,19 +22,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,11 +92,8 @@ func runBenchChild() {
 	if role == "" {
 		return
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() {
-		io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
+	ctx, cancel := childContext()
+	defer cancel()
 	dir := os.Getenv(benchDirEnv)
 	var err error
 	if pdir := os.Getenv(benchProfileEnv); pdir != "" && role != "echo" {

@@ -1,6 +1,16 @@
 // Package daemon wires pcpd together: the store, the broker, the in-process
 // services, the listeners and the faces. cmd/pcpd parses flags into a
-// Config and calls Run.
+// Config and runs a Server: New, Serve, and Shutdown on a signal.
+//
+// Goroutines and their owners (all owned by Server, all ended by Shutdown
+// or Close before they return):
+//   - one accept loop per listener (Serve starts them; closing the
+//     listener ends them);
+//   - one goroutine per accepted connection (serveConn; closing the
+//     connection ends it, and Close waits for it);
+//   - the policy-reload loop (Serve; ends on quit);
+//   - the accessibility connect attempt (Serve; its context is the
+//     server's, cancelled at Shutdown or Close).
 package daemon
 
 import (
@@ -19,9 +29,8 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/adapter/atspi"
-	"github.com/pcp-dev/pcp/internal/jsonrpc"
-
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/deadline"
 	"github.com/pcp-dev/pcp/internal/face/appsock"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
 	"github.com/pcp-dev/pcp/internal/face/stream"
@@ -31,350 +40,429 @@ import (
 	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
-// Config is pcpd's configuration.
-type Config struct {
-	// Socket is the agent socket (apps and the agent connect here).
-	Socket string
-	// ControlSocket is the user's socket (pcpctl acting as the user).
-	ControlSocket string
-	// AppSocketDir holds the Tier 1 per-app sockets; empty means "apps"
-	// beside the agent socket.
-	AppSocketDir string
-	// Accessibility binds the AT-SPI2 adapter (Tier 2): elements and
-	// actions of every accessible application, and the AT-SPI2 path of the
-	// dispatch. It connects to the accessibility bus on first use and
-	// again after the bus goes away; without one, it answers
-	// NO_ATSPI2_SUPPORT and health reports it degraded.
-	Accessibility bool
-	// AccessibilityBus overrides the accessibility bus address (default
-	// $AT_SPI_BUS_ADDRESS, else asked of the session bus).
-	AccessibilityBus string
-	// StateDir holds pcp.db.
-	StateDir string
-	// TrustDir holds trusted publisher keys.
-	TrustDir string
-	// TCPAddr, if set, is a loopback address for the JSON-RPC face over
-	// TCP; clients authenticate with the token written to TokenFile.
-	TCPAddr   string
-	TokenFile string
-	// AllowUnsigned accepts unsigned manifests (development only).
-	AllowUnsigned bool
-	// RateLimits bound invocations; nil means core.DefaultRateLimits.
-	RateLimits *core.RateLimits
-	// PolicyFile is the user's policy (default
-	// $XDG_CONFIG_HOME/pcp/policy.toml); a missing file means the
-	// built-in defaults, a file that does not load stops the start.
-	PolicyFile string
-	// Reload, when it delivers, rereads the policy file (pcpd sends on
-	// SIGHUP).
-	Reload <-chan struct{}
-	// LivenessInterval and LivenessTimeout: see core.Config.
-	LivenessInterval, LivenessTimeout time.Duration
-	// MaxLine bounds one JSON-RPC line.
-	MaxLine int
-	Logger  *slog.Logger
-	// Ready, if set, is called once every listener is up.
-	Ready func()
-}
+// Server is a running pcpd: New opens the state and binds the listeners,
+// Serve accepts, Shutdown drains and Close stops at once. Its methods
+// may be called from any goroutine.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	self int
 
-// Defaults fills empty paths from the XDG environment.
-func (c *Config) Defaults() error {
-	runtime := os.Getenv("XDG_RUNTIME_DIR")
-	if runtime == "" {
-		runtime = filepath.Join(os.TempDir(), fmt.Sprintf("pcp-%d", os.Getuid()))
-	}
-	home, _ := os.UserHomeDir()
-	state := os.Getenv("XDG_STATE_HOME")
-	if state == "" {
-		state = filepath.Join(home, ".local", "state")
-	}
-	config := os.Getenv("XDG_CONFIG_HOME")
-	if config == "" {
-		config = filepath.Join(home, ".config")
-	}
-	if c.Socket == "" {
-		c.Socket = filepath.Join(runtime, "pcp", "pcp.sock")
-	}
-	if c.ControlSocket == "" {
-		c.ControlSocket = filepath.Join(filepath.Dir(c.Socket), "control.sock")
-	}
-	if c.AppSocketDir == "" {
-		c.AppSocketDir = filepath.Join(filepath.Dir(c.Socket), "apps")
-	}
-	if c.StateDir == "" {
-		c.StateDir = filepath.Join(state, "pcp")
-	}
-	if c.TrustDir == "" {
-		c.TrustDir = filepath.Join(config, "pcp", "trusted-keys")
-	}
-	if c.PolicyFile == "" {
-		c.PolicyFile = filepath.Join(config, "pcp", "policy.toml")
-	}
-	if c.TCPAddr != "" && c.TokenFile == "" {
-		c.TokenFile = filepath.Join(filepath.Dir(c.Socket), "tcp.token")
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return nil
-}
-
-// Run serves until ctx is cancelled, then shuts down cleanly. A
-// cancellation is not an error.
-func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.Defaults(); err != nil {
-		return err
-	}
-	log := cfg.Logger
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("creating state dir: %w", err)
-	}
-	st, err := store.Open(ctx, filepath.Join(cfg.StateDir, "pcp.db"))
-	if err != nil {
-		return fmt.Errorf("opening store: %w", err)
-	}
-	defer st.Close()
-	pol, err := policy.Load(cfg.PolicyFile)
-	if err != nil {
-		return err
-	}
-	if pol.Loaded() {
-		log.Info("policy loaded", "path", cfg.PolicyFile)
-	}
-	b, err := core.New(ctx, core.Config{Apps: st, Audit: st, Journal: st, Jobs: st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	if err := b.AddService(inspection.New(b)); err != nil {
-		return err
-	}
-	if cfg.AllowUnsigned {
-		log.Warn("unsigned manifests are accepted (--allow-unsigned); do not run like this outside development")
-	}
-
-	var token string
-	if cfg.TCPAddr != "" {
-		if err := loopbackOnly(cfg.TCPAddr); err != nil {
-			return err
-		}
-		buf := make([]byte, 32)
-		rand.Read(buf)
-		token = hex.EncodeToString(buf)
-		if err := os.MkdirAll(filepath.Dir(cfg.TokenFile), 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(cfg.TokenFile, []byte(token+"\n"), 0o600); err != nil {
-			return fmt.Errorf("writing token file: %w", err)
-		}
-		defer os.Remove(cfg.TokenFile)
-	}
-	face := rpc.NewServer(b, rpc.Options{MaxLine: cfg.MaxLine, Token: token, Logger: log})
-
-	agentL, err := unixsock.Listen(cfg.Socket)
-	if err != nil {
-		return err
-	}
-	controlL, err := unixsock.Listen(cfg.ControlSocket)
-	if err != nil {
-		agentL.Close()
-		return err
-	}
-	listeners := []net.Listener{agentL, controlL}
-	var tcpL net.Listener
-	if cfg.TCPAddr != "" {
-		if tcpL, err = net.Listen("tcp", cfg.TCPAddr); err != nil {
-			agentL.Close()
-			controlL.Close()
-			return err
-		}
-		listeners = append(listeners, tcpL)
-	}
-
-	if cfg.Accessibility {
-		ax := atspi.New(atspi.Config{
-			BusAddress: cfg.AccessibilityBus,
-			OnEvent: func(eventType, appID, surfaceID string, data map[string]any) {
-				b.Publish(eventType, appID, surfaceID, data)
-			},
-		})
-		defer ax.Close()
-		if err := b.AddAdapter(api.RegisterAdapterParams{AdapterID: atspi.ID, SurfaceType: "atspi", SupportedTiers: []int{2}}, ax); err != nil {
-			return err
-		}
-		if err := b.AddAccessibilityAdapter(ax, 100); err != nil {
-			return err
-		}
-		go func() {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if err := ax.Connect(cctx); err != nil {
-				log.Warn("no accessibility bus yet; Tier 2 answers NO_ATSPI2_SUPPORT until one appears", "err", err)
-			} else {
-				log.Info("accessibility adapter connected", "bus", ax.Stats().BusAddress)
-			}
-		}()
-	}
-
-	apps := appsock.New(b, cfg.AppSocketDir, log)
-	b.SetAppSockets(apps)
-
-	srv := &server{face: face, stream: stream.NewServer(b, stream.Options{Logger: log}), log: log, self: os.Getuid(), conns: map[net.Conn]struct{}{}}
-	var wg sync.WaitGroup
-	serve := func(l net.Listener, role core.Role) {
-		defer wg.Done()
-		srv.acceptLoop(l, role)
-	}
-	wg.Add(2)
-	go serve(agentL, core.RoleAgent)
-	go serve(controlL, core.RoleUser)
-	if tcpL != nil {
-		wg.Add(1)
-		go serve(tcpL, core.RoleAgent)
-	}
-	log.Info("pcpd ready", "socket", cfg.Socket, "app_sockets", cfg.AppSocketDir, "control", cfg.ControlSocket, "state", cfg.StateDir, "trust", cfg.TrustDir, "tcp", cfg.TCPAddr)
-	if cfg.Ready != nil {
-		cfg.Ready()
-	}
-
-	if cfg.Reload != nil {
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-cfg.Reload:
-				}
-				// The signal acts as the user: only they can send it.
-				s := b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, core.Endpoint{})
-				_, err := b.ReloadPolicy(core.WithSession(ctx, s))
-				s.Close()
-				if err != nil {
-					log.Error("policy reload failed; the policy in force is unchanged", "err", err)
-				} else {
-					log.Info("policy reloaded", "path", cfg.PolicyFile)
-				}
-			}
-		}()
-	}
-
-	<-ctx.Done()
-	log.Info("pcpd shutting down")
-	for _, l := range listeners {
-		l.Close()
-	}
-	srv.closeAll()
-	apps.Close()
-	wg.Wait()
-	srv.wait()
-	return nil
-}
-
-type server struct {
+	lock   *os.File
+	st     *store.Store
+	b      *core.Broker
+	ax     *atspi.Adapter // nil without Accessibility
+	apps   *appsock.Server
 	face   *rpc.Server
 	stream *stream.Server
-	log    *slog.Logger
-	self   int
+	lns    []listener
+	shed   *shedder
+	// lineBudget bounds the long JSON-RPC lines of every connection.
+	lineBudget *deadline.Budget
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	active sync.WaitGroup
+	// ctx scopes the server's own background work; cancel ends it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// quit is closed when Shutdown or Close begins.
+	quit     chan struct{}
+	quitOnce sync.Once
+	// accepting counts the accept loops; bg the other background
+	// goroutines; conns the connection goroutines.
+	accepting, bg, connWG sync.WaitGroup
+	// finished is closed once the server's resources are released.
+	finished   chan struct{}
+	finishOnce sync.Once
+
+	// mu guards serving, conns, perUID, draining and each tracked.face.
+	// Lock order: mu before shedder.mu; no I/O is done under mu except
+	// closing connections.
+	mu       sync.Mutex
+	serving  bool
+	draining bool // set by Shutdown and Close: no connection enters a face
+	conns    map[*tracked]struct{}
+	perUID   map[int]int
 }
 
-func (s *server) acceptLoop(l net.Listener, role core.Role) {
-	for {
-		c, err := l.Accept()
+type listener struct {
+	l    net.Listener
+	role core.Role
+}
+
+// tracked is one accepted connection.
+type tracked struct {
+	c    net.Conn
+	uid  int  // -1 for TCP
+	face bool // handed to a face (guarded by Server.mu)
+}
+
+// New opens everything pcpd needs and binds its listeners; nothing is
+// accepted until Serve. On error, whatever was opened is closed again.
+func New(cfg Config) (_ *Server, err error) {
+	if err := cfg.Defaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, self: os.Getuid(), quit: make(chan struct{}), finished: make(chan struct{}),
+		conns: map[*tracked]struct{}{}, perUID: map[int]int{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	defer func() {
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.log.Warn("accept failed", "err", err)
-			continue
+			s.release()
 		}
-		info := core.SessionInfo{Role: role, UID: -1, PID: -1}
-		switch cc := c.(type) {
-		case *net.UnixConn:
-			info.Transport = "unix"
-			uid, pid, err := unixsock.PeerCred(cc)
-			if err != nil || !unixsock.AllowPeer(uid, s.self) {
-				s.log.Warn("refused connection from another user", "uid", uid, "pid", pid, "err", err)
-				refuse(c, uid)
-				continue
-			}
-			info.UID, info.PID = uid, pid
-		default:
-			info.Transport = "tcp"
-			info.Remote = c.RemoteAddr().String()
-			info.NeedsAuth = true
+	}()
+	if cfg.TCPAddr != "" {
+		if err := loopbackOnly(cfg.TCPAddr); err != nil {
+			return nil, err
 		}
-		if !s.track(c) {
-			c.Close()
-			return
+	}
+	if cfg.runtimeFallback != "" {
+		if err := unixsock.SecureDir(cfg.runtimeFallback); err != nil {
+			return nil, err
 		}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	if s.lock, err = lockStateDir(cfg.StateDir); err != nil {
+		return nil, err
+	}
+	if s.st, err = store.Open(s.ctx, filepath.Join(cfg.StateDir, "pcp.db")); err != nil {
+		return nil, fmt.Errorf("opening store: %w", err)
+	}
+	pol, err := policy.Load(cfg.PolicyFile)
+	if err != nil {
+		return nil, err
+	}
+	if pol.Loaded() {
+		s.log.Info("policy loaded", "path", cfg.PolicyFile)
+	}
+	s.b, err = core.New(s.ctx, core.Config{Apps: s.st, Audit: s.st, Journal: s.st, Jobs: s.st, Policy: pol, TrustDir: cfg.TrustDir, AllowUnsigned: cfg.AllowUnsigned, RateLimits: cfg.RateLimits, LivenessInterval: cfg.LivenessInterval, LivenessTimeout: cfg.LivenessTimeout, Logger: s.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.b.AddService(inspection.New(s.b)); err != nil {
+		return nil, err
+	}
+	if cfg.AllowUnsigned {
+		s.log.Warn("unsigned manifests are accepted (--allow-unsigned); do not run like this outside development")
+	}
+	token, err := s.writeToken()
+	if err != nil {
+		return nil, err
+	}
+	lim := cfg.Limits
+	s.lineBudget = deadline.NewBudget(lim.LineMemory)
+	s.face = rpc.NewServer(s.b, rpc.Options{MaxLine: cfg.MaxLine, Token: token, Logger: s.log,
+		AuthTimeout: lim.Auth, AuthMaxLine: lim.AuthMaxLine,
+		AuthFailuresPerSecond: lim.AuthFailuresPerSecond, AuthFailureBurst: lim.AuthFailureBurst,
+		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: s.lineBudget})
+	s.stream = stream.NewServer(s.b, stream.Options{Logger: s.log, IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message)})
+	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	if s.shed, err = newShedder(s.log); err != nil {
+		return nil, err
+	}
+	if cfg.Accessibility {
+		s.ax = atspi.New(atspi.Config{
+			BusAddress: cfg.AccessibilityBus,
+			OnEvent: func(eventType, appID, surfaceID string, data map[string]any) {
+				s.b.Publish(eventType, appID, surfaceID, data)
+			},
+		})
+		if err := s.b.AddAdapter(api.RegisterAdapterParams{AdapterID: atspi.ID, SurfaceType: "atspi", SupportedTiers: []int{2}}, s.ax); err != nil {
+			return nil, err
+		}
+		if err := s.b.AddAccessibilityAdapter(s.ax, 100); err != nil {
+			return nil, err
+		}
+	}
+	s.apps = appsock.New(s.b, cfg.AppSocketDir, s.log)
+	s.b.SetAppSockets(s.apps)
+	return s, nil
+}
+
+// writeToken makes the TCP bearer token and writes it 0600, when TCP is
+// enabled.
+func (s *Server) writeToken() (string, error) {
+	if s.cfg.TCPAddr == "" {
+		return "", nil
+	}
+	buf := make([]byte, 32)
+	rand.Read(buf)
+	token := hex.EncodeToString(buf)
+	if err := os.MkdirAll(filepath.Dir(s.cfg.TokenFile), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(s.cfg.TokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing token file: %w", err)
+	}
+	return token, nil
+}
+
+func (s *Server) listen() error {
+	agentL, err := unixsock.Listen(s.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	s.lns = append(s.lns, listener{agentL, core.RoleAgent})
+	controlL, err := unixsock.Listen(s.cfg.ControlSocket)
+	if err != nil {
+		return err
+	}
+	s.lns = append(s.lns, listener{controlL, core.RoleUser})
+	if s.cfg.TCPAddr != "" {
+		tcpL, err := net.Listen("tcp", s.cfg.TCPAddr)
+		if err != nil {
+			return err
+		}
+		s.lns = append(s.lns, listener{tcpL, core.RoleAgent})
+	}
+	return nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close, and by a
+// second Serve.
+var ErrServerClosed = errors.New("pcpd: server closed")
+
+// Serve accepts on every listener until Shutdown or Close is called, and
+// returns ErrServerClosed once its accept loops have ended. Cancelling
+// ctx closes the server as Close does; for a graceful stop, call Shutdown.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	if s.serving || s.draining {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.serving = true
+	s.accepting.Add(len(s.lns))
+	s.mu.Unlock()
+	for _, ln := range s.lns {
+		go s.acceptLoop(ln)
+	}
+	s.startBackground()
+	s.log.Info("pcpd ready", "socket", s.cfg.Socket, "app_sockets", s.cfg.AppSocketDir, "control", s.cfg.ControlSocket, "state", s.cfg.StateDir, "trust", s.cfg.TrustDir, "tcp", s.cfg.TCPAddr)
+	if s.cfg.Ready != nil {
+		s.cfg.Ready()
+	}
+	select {
+	case <-ctx.Done():
+		s.Close()
+	case <-s.quit:
+	}
+	s.accepting.Wait()
+	return ErrServerClosed
+}
+
+// startBackground starts the accessibility connect attempt and the
+// policy-reload loop.
+func (s *Server) startBackground() {
+	if s.ax != nil {
+		s.bg.Add(1)
 		go func() {
-			defer s.untrack(c)
-			if err := s.serve(c, info); err != nil {
-				s.log.Debug("connection ended", "err", err)
+			defer s.bg.Done()
+			cctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			defer cancel()
+			if err := s.ax.Connect(cctx); err != nil {
+				s.log.Warn("no accessibility bus yet; Tier 2 answers NO_ATSPI2_SUPPORT until one appears", "err", err)
+			} else {
+				s.log.Info("accessibility adapter connected", "bus", s.ax.Stats().BusAddress)
+			}
+		}()
+	}
+	if s.cfg.Reload != nil {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			for {
+				select {
+				case <-s.quit:
+					return
+				case <-s.cfg.Reload:
+				}
+				s.reloadPolicy()
 			}
 		}()
 	}
 }
 
-// serve hands a connection to its face. On the Unix sockets the first
-// byte chooses between JSON-RPC and the framed stream (see isFramed);
-// TCP speaks JSON-RPC only.
-func (s *server) serve(c net.Conn, info core.SessionInfo) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return s.face.ServeConn(c, info)
-	}
-	pc := &peekedConn{UnixConn: uc, r: bufio.NewReaderSize(uc, 4096)}
-	first, err := pc.r.Peek(1)
+func (s *Server) reloadPolicy() {
+	// The signal acts as the user: only they can send it.
+	sess := s.b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "signal", UID: os.Getuid(), PID: -1}, core.Endpoint{})
+	_, err := s.b.ReloadPolicy(core.WithSession(s.ctx, sess))
+	sess.Close()
 	if err != nil {
-		c.Close()
-		return nil // closed before saying anything
+		s.log.Error("policy reload failed; the policy in force is unchanged", "err", err)
+	} else {
+		s.log.Info("policy reloaded", "path", s.cfg.PolicyFile)
 	}
-	if isFramed(first[0]) {
-		return s.stream.ServeConn(pc, info)
-	}
-	return s.face.ServeConn(pc, info)
 }
 
-func (s *server) track(c net.Conn) bool {
+// stopAccepting begins the end: no new connection is accepted or handed
+// to a face, and the background work is told to stop. It reports false
+// when the end had already begun.
+func (s *Server) stopAccepting() bool {
+	first := false
+	s.quitOnce.Do(func() {
+		first = true
+		s.mu.Lock()
+		s.draining = true
+		s.mu.Unlock()
+		for _, ln := range s.lns {
+			ln.l.Close()
+		}
+		close(s.quit) // after the listeners: quit means nothing is accepted
+		s.cancel()
+	})
+	s.accepting.Wait()
+	return first
+}
+
+// Shutdown stops accepting, then lets the requests in flight finish
+// (their audit entries are committed before their replies go out) while
+// reading nothing new: connections that serve no app go first, then the
+// apps' and adapters'. When they are done, or ctx ends first, it closes
+// what is left (connections, the per-app sockets, the adapters, the
+// broker, the store) as Close does. It returns ctx's error if the drain
+// was cut short.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.stopAccepting() {
+		<-s.finished
+		return nil
+	}
+	s.log.Info("pcpd shutting down")
+	s.closeWaiting()
+	err := s.b.Drain(ctx)
+	if err != nil {
+		s.log.Warn("shutdown deadline reached with requests in flight; closing their connections", "err", err)
+	}
+	s.finish()
+	return err
+}
+
+// Close closes the listeners and every connection at once, then releases
+// the server's resources, and waits for its goroutines to end.
+func (s *Server) Close() error {
+	if !s.stopAccepting() {
+		<-s.finished
+		return nil
+	}
+	s.finish()
+	return nil
+}
+
+// closeWaiting closes the connections that have not reached a face (they
+// have sent nothing yet).
+func (s *Server) closeWaiting() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return false
+	for t := range s.conns {
+		if !t.face {
+			t.c.Close()
+		}
 	}
-	s.conns[c] = struct{}{}
-	s.active.Add(1)
-	return true
 }
 
-func (s *server) untrack(c net.Conn) {
+// finish closes every connection and releases everything, in order.
+func (s *Server) finish() {
 	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-	s.active.Done()
-}
-
-func (s *server) closeAll() {
-	s.mu.Lock()
-	s.closed = true
-	for c := range s.conns {
-		c.Close()
+	for t := range s.conns {
+		t.c.Close()
 	}
 	s.mu.Unlock()
+	s.release()
 }
 
-func (s *server) wait() { s.active.Wait() }
+// release closes what New opened, in reverse order, after the
+// connections' goroutines have ended. It runs once.
+func (s *Server) release() {
+	s.finishOnce.Do(func() {
+		s.cancel()
+		if s.apps != nil {
+			s.apps.Close()
+		}
+		if s.ax != nil {
+			s.ax.Close()
+		}
+		if s.b != nil {
+			s.b.Close()
+		}
+		s.connWG.Wait()
+		s.bg.Wait()
+		for _, ln := range s.lns {
+			ln.l.Close() // New failing halfway: never served
+		}
+		if s.shed != nil {
+			s.shed.close()
+		}
+		if s.st != nil {
+			s.st.Close()
+		}
+		if s.cfg.TCPAddr != "" && s.face != nil {
+			os.Remove(s.cfg.TokenFile)
+		}
+		unlockStateDir(s.lock)
+		close(s.finished)
+	})
+}
 
-// refuse tells a peer of another user why it is turned away, then hangs up.
-func refuse(c net.Conn, uid int) {
-	c.SetWriteDeadline(time.Now().Add(time.Second))
-	c.Write(jsonrpc.AppendError(nil, nil, api.Errorf(api.CodePermissionDenied, map[string]any{"uid": uid},
-		"connection refused: uid %d is not the daemon's user", uid)))
-	c.Write([]byte{'\n'})
-	c.Close()
+// Run serves cfg until ctx is cancelled, then shuts down, draining for at
+// most DefaultShutdownTimeout. A cancellation is not an error.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	served := make(chan struct{})
+	go func() {
+		s.Serve(context.Background())
+		close(served)
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
+	defer cancel()
+	s.Shutdown(sctx)
+	<-served
+	return nil
+}
+
+// serveConn hands a connection to its face. On the Unix sockets the first
+// byte chooses between JSON-RPC and the framed stream (see isFramed), and
+// must come within Limits.FirstByte; TCP speaks JSON-RPC only, and its
+// gate (session.authenticate first, within Limits.Auth) bounds the wait.
+func (s *Server) serveConn(t *tracked, info core.SessionInfo) {
+	defer s.connWG.Done()
+	defer s.untrack(t)
+	defer t.c.Close()
+	var (
+		rwc    net.Conn = t.c
+		framed bool
+	)
+	if uc, ok := t.c.(*net.UnixConn); ok {
+		pc := &peekedConn{UnixConn: uc, r: bufio.NewReaderSize(uc, 4096)}
+		if d := s.cfg.Limits.FirstByte; d > 0 {
+			uc.SetReadDeadline(time.Now().Add(d))
+		}
+		first, err := pc.r.Peek(1)
+		if err != nil {
+			return // closed, or silent, before saying anything
+		}
+		uc.SetReadDeadline(time.Time{})
+		rwc, framed = pc, isFramed(first[0])
+	}
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return
+	}
+	t.face = true
+	s.mu.Unlock()
+	var err error
+	if framed {
+		err = s.stream.ServeConn(rwc, info)
+	} else {
+		err = s.face.ServeConn(rwc, info)
+	}
+	if err != nil {
+		s.log.Debug("connection ended", "transport", info.Transport, "err", err)
+	}
 }

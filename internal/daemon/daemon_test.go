@@ -20,6 +20,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/frame"
+	"github.com/pcp-dev/pcp/internal/testkit"
 	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
@@ -27,6 +28,7 @@ import (
 // socket named by PCP_TEST_DIAL and prints the first line it gets.
 func TestMain(m *testing.M) {
 	runBenchChild()
+	runTestChild()
 	if path := os.Getenv("PCP_TEST_DIAL"); path != "" {
 		c, err := net.Dial("unix", path)
 		if err != nil {
@@ -90,6 +92,7 @@ func (r *running) stop() {
 }
 
 func TestServesBothSocketsAndShutsDownCleanly(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	r := start(t, Config{})
 	ctx := context.Background()
 	for _, path := range []string{r.cfg.Socket, r.cfg.ControlSocket} {
@@ -123,6 +126,7 @@ func TestServesBothSocketsAndShutsDownCleanly(t *testing.T) {
 }
 
 func TestStaleSocketIsReplaced(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	dir, _ := os.MkdirTemp("", "pcpd")
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "pcp.sock")
@@ -142,6 +146,7 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 }
 
 func TestTCPNeedsToken(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
@@ -215,6 +220,7 @@ func TestOtherUserRefused(t *testing.T) {
 
 // Many clients, each with many requests in flight, over the real socket.
 func TestManyConcurrentClients(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	r := start(t, Config{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -253,6 +259,7 @@ func TestManyConcurrentClients(t *testing.T) {
 
 // Both faces share the agent socket: the first byte decides.
 func TestFramedAndJSONRPCOnOneSocket(t *testing.T) {
+	testkit.CheckGoroutines(t)
 	r := start(t, Config{})
 	c, err := net.Dial("unix", r.cfg.Socket)
 	if err != nil {

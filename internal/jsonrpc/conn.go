@@ -8,20 +8,26 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/deadline"
 )
 
 // Handler serves the peer's requests and notifications. Requests are
 // handled concurrently, each on its own goroutine. Notifications are
 // handled one at a time on the read loop, in the order they arrived, so
-// Handle must return promptly for them. ctx is cancelled when the
-// connection closes. For a notification the result is discarded. An error that is not an *api.Error is answered as
-// INTERNAL_ERROR.
+// Handle must return promptly for them. Each call gets its own ctx,
+// cancelled when it returns or when the connection closes. For a
+// notification the result is discarded. An error that is not an
+// *api.Error is answered as INTERNAL_ERROR; a panic is recovered,
+// reported to Options.OnPanic and answered with a plain INTERNAL_ERROR
+// that does not carry the panic's text.
 type Handler interface {
 	Handle(ctx context.Context, m *Message) (result any, err error)
 }
@@ -50,6 +56,42 @@ type Options struct {
 	// OnProtocolError, if set, is told of each message answered with a
 	// decode error (for logging).
 	OnProtocolError func(*api.Error)
+	// OnPanic, if set, is told of a handler's panic, with its stack (for
+	// logging). The peer only ever sees "internal error".
+	OnPanic func(v any, stack []byte)
+
+	// IdleTimeout closes a connection that has received nothing for this
+	// long while it is not busy: no request of the peer's being handled,
+	// no call of ours waiting for an answer, and KeepAlive (if set)
+	// reporting false. 0 means never.
+	IdleTimeout time.Duration
+	// KeepAlive, if set, reports duties that keep an idle connection open
+	// (an app it serves, a subscription it holds). It is called on the
+	// read loop when the idle timeout expires.
+	KeepAlive func() bool
+	// MessageTimeout bounds how long a line may take to arrive once its
+	// first byte has: a peer that starts a line and stalls, or trickles a
+	// huge one, is told so and closed. 0 means no bound.
+	MessageTimeout time.Duration
+	// LineBudget, if set, bounds the memory held by long lines of every
+	// connection that shares it (see LineReader); a line it has no room
+	// for is answered with RATE_LIMITED and skipped.
+	LineBudget *deadline.Budget
+	// Gate, if set, must be passed before anything else is read.
+	Gate *Gate
+}
+
+// Gate makes a connection authenticate first, alone: the first line must
+// be one request (not a batch, not a notification) for Method, read with
+// lines bounded to MaxLine. It is served on the read loop, so nothing
+// after it is read until it is answered. If it is anything else, or the
+// handler answers it with an error, the answer is sent and the
+// connection closed; a connection that has not passed within Timeout is
+// closed. Once it has passed, lines are bounded by Options.MaxLine.
+type Gate struct {
+	Method  string
+	MaxLine int
+	Timeout time.Duration
 }
 
 // DefaultMaxBatch is the default bound on a batch's messages.
@@ -83,10 +125,16 @@ type Conn struct {
 	pmu     sync.Mutex
 	pending map[string]chan *Message
 
-	handlers  sync.WaitGroup
+	handlers sync.WaitGroup
+	// inFlight counts the peer's requests (batches count once) dispatched
+	// and not yet answered; the idle timeout spares a connection with any.
+	inFlight atomic.Int32
+
 	closeOnce sync.Once
 	closeErr  error
 	done      chan struct{}
+	// gatePassed is set once Options.Gate has been passed.
+	gatePassed atomic.Bool
 }
 
 // NewConn wraps rwc. Call Run to start serving.
@@ -159,7 +207,14 @@ func (c *Conn) Run() error {
 	// work; closing it lets idle workers exit.
 	work := make(chan func())
 	workers := 0
+	// eof is set when the peer stopped sending: the requests already read
+	// are answered before the connection closes. Any other end (a broken
+	// connection, a timeout, Close) cancels their contexts first.
+	eof := false
 	defer func() {
+		if !eof {
+			c.Close()
+		}
 		close(work)
 		c.handlers.Wait()
 		c.Close()
@@ -183,25 +238,44 @@ func (c *Conn) Run() error {
 			return false
 		}
 	}
-	lr := NewLineReader(c.rwc, c.opts.MaxLine)
+	lr, gated := c.lineReader()
+	if gated && c.opts.Gate.Timeout > 0 {
+		t := time.AfterFunc(c.opts.Gate.Timeout, func() {
+			if !c.gatePassed.Load() {
+				c.Close()
+			}
+		})
+		defer t.Stop()
+	}
 	for {
 		line, err := lr.ReadLine()
-		if err == ErrLineTooLong {
-			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
-				Code:    api.CodeInvalidRequest,
-				Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, c.opts.MaxLine),
-				Data:    map[string]any{"limit": c.opts.MaxLine, "size": lr.Skipped},
-			})
+		if err == ErrNoLineBudget || err == ErrLineTooLong {
+			c.refuseLine(lr, err)
+			if gated && !c.gatePassed.Load() {
+				c.hangUp() // the gate's message was not what it must be
+				eof = true
+				return nil
+			}
 			continue
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) || c.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
+			var again bool
+			if again, eof, err = c.readFailed(lr, err); again {
+				continue
 			}
 			return err
 		}
 		if len(firstNonSpace(line)) == 0 {
 			continue // blank lines are keep-alives
+		}
+		if gated && !c.gatePassed.Load() {
+			if !c.passGate(line) {
+				c.hangUp()
+				eof = true
+				return nil
+			}
+			lr.SetMax(c.opts.MaxLine)
+			continue
 		}
 		d := Decode(line)
 		if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
@@ -213,7 +287,8 @@ func (c *Conn) Run() error {
 			continue
 		}
 		if d.Batch {
-			if !dispatch(func() { c.serveBatch(d) }) {
+			c.inFlight.Add(1)
+			if !dispatch(func() { c.serveBatch(d); c.inFlight.Add(-1) }) {
 				return nil
 			}
 			continue
@@ -228,11 +303,140 @@ func (c *Conn) Run() error {
 			case m.IsNotification():
 				c.handle(m)
 			default:
-				if !dispatch(func() { c.serveOne(m) }) {
+				c.inFlight.Add(1)
+				if !dispatch(func() { c.serveOne(m); c.inFlight.Add(-1) }) {
 					return nil
 				}
 			}
 		}
+	}
+}
+
+// refuseLine answers a line the reader skipped (err is ErrLineTooLong or
+// ErrNoLineBudget).
+func (c *Conn) refuseLine(lr *LineReader, err error) {
+	id := RecoverID(lr.SkippedPrefix)
+	if err == ErrNoLineBudget {
+		budget := c.opts.LineBudget.Max()
+		c.protocolError(id, &api.Error{
+			Code:    api.CodeRateLimited,
+			Message: fmt.Sprintf("line of %d bytes refused: the daemon's memory for long lines (%d bytes) is in use; retry later", lr.Skipped, budget),
+			Data:    map[string]any{"scope": "line_memory", "limit": budget, "size": lr.Skipped},
+		})
+		return
+	}
+	limit := lr.Max()
+	c.protocolError(id, &api.Error{
+		Code:    api.CodeInvalidRequest,
+		Message: fmt.Sprintf("line of %d bytes exceeds the limit of %d bytes", lr.Skipped, limit),
+		Data:    map[string]any{"limit": limit, "size": lr.Skipped},
+	})
+}
+
+// readFailed decides what a read error means for Run: again when the
+// idle deadline passed on a connection with duties (read on); eof when
+// the peer stopped sending (answer what was read, then close); else the
+// error Run returns (nil for a closed connection).
+func (c *Conn) readFailed(lr *LineReader, err error) (again, eof bool, _ error) {
+	switch {
+	case errors.Is(err, io.EOF):
+		return false, true, nil
+	case c.ctx.Err() != nil || errors.Is(err, net.ErrClosed):
+		return false, false, nil
+	case !errors.Is(err, os.ErrDeadlineExceeded) || lr.Deadlines == nil:
+		return false, false, err
+	case lr.Deadlines.InMessage():
+		c.protocolError(nil, &api.Error{
+			Code:    api.CodeInvalidRequest,
+			Message: fmt.Sprintf("a line must arrive whole within %v of its first byte; closing", c.opts.MessageTimeout),
+			Data:    map[string]any{"timeout_ms": c.opts.MessageTimeout.Milliseconds()},
+		})
+		return false, false, ErrMessageTimeout
+	case c.busy():
+		return true, false, nil // idle, but on duty: the deadline is renewed
+	}
+	return false, false, ErrIdle
+}
+
+// ErrIdle is returned by Run when it closed the connection for the idle
+// timeout; ErrMessageTimeout when a line did not arrive in time.
+var (
+	ErrIdle           = errors.New("jsonrpc: connection idle")
+	ErrMessageTimeout = errors.New("jsonrpc: line not received in time")
+)
+
+// lineReader builds Run's reader: with deadlines when the connection can
+// take them, bounded to the gate's line limit until the gate is passed.
+func (c *Conn) lineReader() (lr *LineReader, gated bool) {
+	var (
+		src io.Reader = c.rwc
+		dl  *deadline.Reader
+	)
+	if c.opts.IdleTimeout > 0 || c.opts.MessageTimeout > 0 {
+		if d, ok := c.rwc.(deadline.Setter); ok {
+			dl = deadline.NewReader(c.rwc, d, c.opts.IdleTimeout, c.opts.MessageTimeout)
+			src = dl
+		}
+	}
+	max := c.opts.MaxLine
+	gated = c.opts.Gate != nil
+	if gated && c.opts.Gate.MaxLine > 0 {
+		max = min(max, c.opts.Gate.MaxLine)
+	}
+	lr = NewLineReader(src, max)
+	lr.Deadlines = dl
+	lr.Budget = c.opts.LineBudget
+	return lr, gated
+}
+
+// busy reports whether the connection has duties that keep it open
+// although the peer is silent.
+func (c *Conn) busy() bool {
+	if c.inFlight.Load() > 0 {
+		return true
+	}
+	c.pmu.Lock()
+	calls := len(c.pending)
+	c.pmu.Unlock()
+	if calls > 0 {
+		return true
+	}
+	return c.opts.KeepAlive != nil && c.opts.KeepAlive()
+}
+
+// passGate serves the first line of a gated connection and reports
+// whether the gate is passed.
+func (c *Conn) passGate(line []byte) bool {
+	method := c.opts.Gate.Method
+	d := Decode(line)
+	if len(d.Errors) > 0 {
+		c.protocolError(d.Errors[0].ID, d.Errors[0].Err)
+		return false
+	}
+	if d.Batch || len(d.Messages) != 1 || d.Messages[0].IsNotification() || d.Messages[0].IsResponse() {
+		c.protocolError(nil, &api.Error{
+			Code:    api.CodePermissionDenied,
+			Message: fmt.Sprintf("authenticate first, alone: the first message must be one %s request", method),
+			Data:    map[string]any{"method": method},
+		})
+		return false
+	}
+	m := d.Messages[0]
+	reply, ok := c.handle(m)
+	c.writeLine(reply)
+	if !ok || m.Method != method {
+		return false
+	}
+	c.gatePassed.Store(true)
+	return true
+}
+
+// hangUp ends a connection after a refusal without discarding the
+// refusal: it stops writing, so the peer reads the answer and then EOF,
+// before the connection is closed.
+func (c *Conn) hangUp() {
+	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
 	}
 }
 
@@ -268,42 +472,46 @@ func (c *Conn) protocolError(id json.RawMessage, e *api.Error) {
 
 // serveOne handles a request or notification and writes the reply.
 func (c *Conn) serveOne(m *Message) {
-	reply := c.handle(m)
-	if reply != nil {
+	if reply, _ := c.handle(m); reply != nil {
 		c.writeLine(reply)
 	}
 }
 
 // handle runs the handler and returns the encoded reply, or nil for a
-// notification.
-func (c *Conn) handle(m *Message) (reply []byte) {
+// notification; ok is false when the reply is an error.
+func (c *Conn) handle(m *Message) (reply []byte, ok bool) {
 	var (
 		result any
 		err    error
 	)
 	func() {
+		ctx, cancel := context.WithCancel(c.ctx)
+		defer cancel()
 		defer func() {
 			if r := recover(); r != nil {
-				err = &api.Error{Code: api.CodeInternalError, Message: fmt.Sprintf("handler panic: %v", r)}
+				if c.opts.OnPanic != nil {
+					c.opts.OnPanic(r, debug.Stack())
+				}
+				err = &api.Error{Code: api.CodeInternalError, Message: "internal error"}
 			}
 		}()
 		if c.opts.Handler == nil {
 			err = &api.Error{Code: api.CodeMethodNotFound, Message: "method not found: " + m.Method, Data: map[string]any{"method": m.Method}}
 			return
 		}
-		result, err = c.opts.Handler.Handle(c.ctx, m)
+		result, err = c.opts.Handler.Handle(ctx, m)
 	}()
 	if m.ID == nil {
-		return nil
+		return nil, err == nil
 	}
 	if err != nil {
-		return AppendError(nil, m.ID, api.AsError(err))
+		return AppendError(nil, m.ID, api.AsError(err)), false
 	}
 	b, merr := Marshal(result)
 	if merr != nil {
-		return AppendError(nil, m.ID, &api.Error{Code: api.CodeInternalError, Message: "encoding result: " + merr.Error()})
+		return AppendError(nil, m.ID, &api.Error{Code: api.CodeInternalError, Message: "encoding result: " + merr.Error()}), false
 	}
-	return AppendResult(make([]byte, 0, len(b)+64), m.ID, b)
+	return AppendResult(make([]byte, 0, len(b)+64), m.ID, b), true
 }
 
 func (c *Conn) serveBatch(d Decoded) {
@@ -329,7 +537,7 @@ func (c *Conn) serveBatch(d Decoded) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r := c.handle(m)
+			r, _ := c.handle(m)
 			mu.Lock()
 			out[i] = r
 			mu.Unlock()

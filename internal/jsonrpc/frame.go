@@ -2,8 +2,11 @@ package jsonrpc
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
+
+	"github.com/pcp-dev/pcp/internal/deadline"
 )
 
 // DefaultMaxLine is the default bound on one line: 1 MiB.
@@ -13,12 +16,32 @@ const DefaultMaxLine = 1 << 20
 // already skipped to the end of that line, so the stream stays in sync.
 var ErrLineTooLong = errors.New("jsonrpc: line too long")
 
+// ErrNoLineBudget reports a line longer than the reader's own buffer that
+// the shared Budget had no room for. Like ErrLineTooLong, the line has
+// been skipped and the stream is in sync.
+var ErrNoLineBudget = errors.New("jsonrpc: no memory budget left for a long line")
+
 // LineReader reads newline-delimited messages, each at most max bytes
 // (excluding the newline). It is not safe for concurrent use.
+//
+// Memory: a reader holds its fixed buffer (at most 64 KiB) for good. A
+// line longer than that is gathered in a second buffer, reserved from
+// Budget (when set) and given back, buffer and reservation, at the next
+// ReadLine: a connection does not keep a megabyte because it once sent
+// a megabyte.
 type LineReader struct {
 	r   *bufio.Reader
+	src io.Reader // what r reads from
 	max int
 	buf []byte
+	// reserved is what buf holds of Budget.
+	reserved int64
+	// Budget, if set, bounds the long-line buffers of every reader that
+	// shares it.
+	Budget *deadline.Budget
+	// Deadlines, if set, is the deadline reader below r (src): ReadLine
+	// tells it where each line begins.
+	Deadlines *deadline.Reader
 	// Skipped is the size of the last oversized line, for error data.
 	Skipped int64
 	// SkippedPrefix holds the first bytes of the last oversized line, so
@@ -31,8 +54,18 @@ type LineReader struct {
 // prefixSize is how much of an oversized line is kept.
 const prefixSize = 4096
 
+// maxBuffer is the largest fixed buffer of a reader.
+const maxBuffer = 64 << 10
+
 func (l *LineReader) keepPrefix(b []byte) {
 	n := copy(l.prefix[:], b)
+	l.SkippedPrefix = l.prefix[:n]
+}
+
+// addPrefix appends b to SkippedPrefix, up to prefixSize.
+func (l *LineReader) addPrefix(b []byte) {
+	n := len(l.SkippedPrefix)
+	n += copy(l.prefix[n:], b)
 	l.SkippedPrefix = l.prefix[:n]
 }
 
@@ -41,18 +74,83 @@ func NewLineReader(r io.Reader, max int) *LineReader {
 	if max <= 0 {
 		max = DefaultMaxLine
 	}
-	size := 64 << 10
-	if max < size {
-		size = max + 1
+	return &LineReader{r: bufio.NewReaderSize(r, bufferFor(max)), src: r, max: max}
+}
+
+func bufferFor(max int) int { return min(maxBuffer, max+1) }
+
+// SetMax changes the line bound, growing the fixed buffer if the new
+// bound calls for a larger one (bytes already buffered are kept).
+func (l *LineReader) SetMax(max int) {
+	if max <= 0 {
+		max = DefaultMaxLine
 	}
-	return &LineReader{r: bufio.NewReaderSize(r, size), max: max}
+	l.max = max
+	if size := bufferFor(max); size > l.r.Size() {
+		pending := make([]byte, l.r.Buffered())
+		io.ReadFull(l.r, pending) // cannot fail: the bytes are buffered
+		l.r = bufio.NewReaderSize(&prefixed{pending: pending, r: l.src}, size)
+	}
+}
+
+// Max is the line bound in force.
+func (l *LineReader) Max() int { return l.max }
+
+// prefixed reads pending, then r.
+type prefixed struct {
+	pending []byte
+	r       io.Reader
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.pending) > 0 {
+		n := copy(b, p.pending)
+		p.pending = p.pending[n:]
+		return n, nil
+	}
+	return p.r.Read(b)
+}
+
+// release gives back the long-line buffer of the previous call.
+func (l *LineReader) release() {
+	if l.buf != nil {
+		l.buf = nil
+		l.Budget.Release(l.reserved)
+		l.reserved = 0
+	}
+}
+
+// reserve makes room in buf for n more bytes, from Budget. It reports
+// false when the budget has no room.
+func (l *LineReader) reserve(n int) bool {
+	need := int64(len(l.buf) + n)
+	if need <= l.reserved {
+		return true
+	}
+	grow := max(need, 2*l.reserved, int64(2*l.r.Size()))
+	grow = min(grow, int64(l.max))
+	if !l.Budget.Take(grow - l.reserved) {
+		return false
+	}
+	l.reserved = grow
+	if int64(cap(l.buf)) < grow {
+		nb := make([]byte, len(l.buf), grow)
+		copy(nb, l.buf)
+		l.buf = nb
+	}
+	return true
 }
 
 // ReadLine returns the next line without its newline. The slice is valid
 // until the next call. A final line without a newline is returned before
 // io.EOF. A line over the bound yields ErrLineTooLong after it has been
-// consumed.
+// consumed; a long line the Budget cannot hold yields ErrNoLineBudget,
+// likewise.
 func (l *LineReader) ReadLine() ([]byte, error) {
+	l.release()
+	if l.Deadlines != nil {
+		l.Deadlines.Begin(l.r.Buffered() > 0)
+	}
 	line, err := l.r.ReadSlice('\n')
 	if err == nil {
 		line = line[:len(line)-1]
@@ -75,7 +173,13 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 		return nil, err
 	}
 	// The line is longer than the buffer: gather it up to the bound.
-	l.buf = append(l.buf[:0], line...)
+	if len(line) > l.max {
+		return l.skip(int64(len(line)), line, ErrLineTooLong)
+	}
+	if !l.reserve(len(line)) {
+		return l.skip(int64(len(line)), line, ErrNoLineBudget)
+	}
+	l.buf = append(l.buf, line...)
 	for {
 		line, err = l.r.ReadSlice('\n')
 		n := len(line)
@@ -85,24 +189,22 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 		if len(l.buf)+n > l.max {
 			total := int64(len(l.buf) + n)
 			l.keepPrefix(append(l.buf, line[:min(n, prefixSize)]...))
-			l.buf = l.buf[:0]
+			l.release()
 			if err == nil {
 				l.Skipped = total
 				return nil, ErrLineTooLong
 			}
-			for err == bufio.ErrBufferFull {
-				line, err = l.r.ReadSlice('\n')
-				total += int64(len(line))
-			}
-			l.Skipped = total
+			return l.skipRest(total, err, ErrLineTooLong)
+		}
+		if !l.reserve(n) {
+			total := int64(len(l.buf) + n)
+			l.keepPrefix(append(l.buf, line[:min(n, prefixSize)]...))
+			l.release()
 			if err == nil {
-				l.Skipped--
-				return nil, ErrLineTooLong
+				l.Skipped = total
+				return nil, ErrNoLineBudget
 			}
-			if err == io.EOF {
-				return nil, ErrLineTooLong
-			}
-			return nil, err
+			return l.skipRest(total, err, ErrNoLineBudget)
 		}
 		l.buf = append(l.buf, line[:n]...)
 		switch err {
@@ -119,6 +221,33 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// skip discards the rest of a line whose first n bytes, first, were read
+// with bufio.ErrBufferFull, and reports why with reason.
+func (l *LineReader) skip(n int64, first []byte, reason error) ([]byte, error) {
+	l.keepPrefix(first)
+	return l.skipRest(n, bufio.ErrBufferFull, reason)
+}
+
+// skipRest discards the rest of a line of which total bytes are read,
+// the last read having ended with err.
+func (l *LineReader) skipRest(total int64, err, reason error) ([]byte, error) {
+	for err == bufio.ErrBufferFull {
+		var line []byte
+		line, err = l.r.ReadSlice('\n')
+		total += int64(len(line))
+		l.addPrefix(bytes.TrimSuffix(line, []byte{'\n'}))
+	}
+	l.Skipped = total
+	if err == nil {
+		l.Skipped--
+		return nil, reason
+	}
+	if err == io.EOF {
+		return nil, reason
+	}
+	return nil, err
 }
 
 // Buffered reports whether more input is already buffered.

@@ -1,5 +1,5 @@
 // Package unixsock creates the daemon's Unix sockets safely and reads the
-// credentials of the processes that connect to them.
+// credentials of the processes at either end of them.
 package unixsock
 
 import (
@@ -12,22 +12,42 @@ import (
 	"time"
 )
 
-// Listen creates a Unix socket at path safely: its directory is made
-// 0700 if missing and refused if others can enter it; a live daemon on the
-// path is an error; a stale socket file is removed.
-func Listen(path string) (*net.UnixListener, error) {
-	dir := filepath.Dir(path)
+// SecureDir makes sure dir is a directory that only this process's user
+// can enter: it is created 0700 when missing (with its parents), and an
+// existing one must be a real directory (not a symlink) owned by the
+// process's uid with no group or other permissions. A directory that
+// fails is refused, never chmod-ed: another user who created it could
+// swap what is inside.
+func SecureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating socket directory %s: %w", dir, err)
+		return fmt.Errorf("creating socket directory %s: %w", dir, err)
 	}
-	st, err := os.Stat(dir)
+	st, err := os.Lstat(dir)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("socket directory %s: %w", dir, err)
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("socket directory %s is open to other users (%v) and cannot be tightened: %w", dir, st.Mode().Perm(), err)
-		}
+	if !st.IsDir() {
+		return fmt.Errorf("socket directory %s is not a directory (%v)", dir, st.Mode().Type())
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("socket directory %s: cannot read its owner", dir)
+	}
+	if self := os.Getuid(); int(sys.Uid) != self {
+		return fmt.Errorf("socket directory %s is owned by uid %d, not by this user (uid %d); refusing to use it", dir, sys.Uid, self)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("socket directory %s is open to other users (mode %v); refusing to use it (chmod 700 it if it is yours)", dir, perm)
+	}
+	return nil
+}
+
+// Listen creates a Unix socket at path safely: its directory must pass
+// SecureDir; a live daemon on the path is an error; a stale socket file
+// is removed.
+func Listen(path string) (*net.UnixListener, error) {
+	if err := SecureDir(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
 	if _, err := os.Lstat(path); err == nil {
 		d := net.Dialer{Timeout: time.Second}
@@ -51,7 +71,9 @@ func Listen(path string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// PeerCred reads SO_PEERCRED of an accepted Unix connection.
+// PeerCred reads SO_PEERCRED of a Unix connection: on an accepted one the
+// client's credentials, on a dialled one the server's (those of the
+// process that listened).
 func PeerCred(c *net.UnixConn) (uid, pid int, err error) {
 	raw, err := c.SyscallConn()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -24,6 +25,7 @@ import (
 //	NAME> {...}     send this line on NAME
 //	NAME< {...}     the next line NAME receives is exactly this
 //	NAME! close     close NAME
+//	NAME! closed    NAME reads EOF: the face has hung up
 //	clock! advance D  move the broker's clock by D (a Go duration), firing
 //	                  the timers that come due (undo windows, expiries)
 //	# ...           a comment
@@ -158,6 +160,15 @@ func runGolden(t *testing.T, file string) {
 				case <-time.After(5 * time.Second):
 					t.Fatalf("%s:%d: the face still serves %s 5s after it closed", file, i+1, name)
 				}
+			case "closed":
+				// The face must have hung up: NAME reads EOF.
+				gc := env.conn(name)
+				gc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if extra, err := gc.rd.ReadString('\n'); err != io.EOF {
+					t.Fatalf("%s:%d: %s: got %q, %v; want the face to have closed the connection", file, i+1, name, extra, err)
+				}
+				gc.c.Close()
+				delete(env.conns, name)
 			default:
 				t.Fatalf("%s:%d: unknown directive %q", file, i+1, rest)
 			}

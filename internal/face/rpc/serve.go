@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/deadline"
 	"github.com/pcp-dev/pcp/internal/jsonrpc"
 )
 
@@ -19,15 +22,44 @@ type Options struct {
 	// MaxLine bounds one request line; 0 means 1 MiB.
 	MaxLine int
 	// Token is the bearer token TCP sessions must present with
-	// session.authenticate before any other method.
-	Token  string
-	Logger *slog.Logger
+	// session.authenticate, alone, before anything else is read.
+	Token string
+	// AuthTimeout closes a TCP connection that has not authenticated in
+	// time; 0 means DefaultAuthTimeout, negative no bound.
+	AuthTimeout time.Duration
+	// AuthMaxLine bounds a line before authentication; 0 means
+	// DefaultAuthMaxLine.
+	AuthMaxLine int
+	// AuthFailuresPerSecond and AuthFailureBurst bound wrong tokens,
+	// daemon-wide: once the burst is spent, every attempt is answered
+	// RATE_LIMITED, unchecked, until the bucket refills. 0 means
+	// DefaultAuthFailuresPerSecond, DefaultAuthFailureBurst.
+	AuthFailuresPerSecond float64
+	AuthFailureBurst      int
+	// IdleTimeout closes a connection that is silent and has no duties
+	// (no request in flight, no app, adapter or subscription); 0 means
+	// never. MessageTimeout bounds the arrival of one line once begun;
+	// 0 means no bound. See jsonrpc.Options.
+	IdleTimeout, MessageTimeout time.Duration
+	// LineBudget bounds the memory of long lines of all connections.
+	LineBudget *deadline.Budget
+	Logger     *slog.Logger
 }
+
+// Defaults of Options.
+const (
+	DefaultAuthTimeout           = 10 * time.Second
+	DefaultAuthMaxLine           = 4 << 10
+	DefaultAuthFailuresPerSecond = 5
+	DefaultAuthFailureBurst      = 20
+)
 
 // Server serves the JSON-RPC face of one broker.
 type Server struct {
 	b    *core.Broker
 	opts Options
+	// authFailures throttles wrong tokens across every connection.
+	authFailures *rate.Limiter
 }
 
 // NewServer returns the face for b.
@@ -35,23 +67,51 @@ func NewServer(b *core.Broker, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{b: b, opts: opts}
+	if opts.AuthTimeout == 0 {
+		opts.AuthTimeout = DefaultAuthTimeout
+	}
+	if opts.AuthMaxLine <= 0 {
+		opts.AuthMaxLine = DefaultAuthMaxLine
+	}
+	if opts.AuthFailuresPerSecond <= 0 {
+		opts.AuthFailuresPerSecond = DefaultAuthFailuresPerSecond
+	}
+	if opts.AuthFailureBurst <= 0 {
+		opts.AuthFailureBurst = DefaultAuthFailureBurst
+	}
+	return &Server{b: b, opts: opts, authFailures: rate.NewLimiter(rate.Limit(opts.AuthFailuresPerSecond), opts.AuthFailureBurst)}
 }
 
-// maxAuthFailures closes a TCP connection that keeps guessing the token.
+// maxAuthFailures closes an authenticated TCP connection that keeps
+// presenting wrong tokens.
 const maxAuthFailures = 3
 
 // ServeConn serves one accepted connection until it closes. info says who
-// the peer is, as read at accept.
+// the peer is, as read at accept. A connection that needs the token
+// (TCP) must send session.authenticate first, alone (jsonrpc.Gate): any
+// other first message, or a wrong token, is answered and the connection
+// closed, and one that has not authenticated within AuthTimeout is
+// closed.
 func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error {
 	h := &handler{srv: s}
-	conn := jsonrpc.NewConn(rwc, jsonrpc.Options{
+	opts := jsonrpc.Options{
 		Handler: h,
 		MaxLine: s.opts.MaxLine,
 		OnProtocolError: func(e *api.Error) {
 			s.opts.Logger.Debug("protocol error", "code", e.Code.Name(), "message", e.Message)
 		},
-	})
+		OnPanic: func(v any, stack []byte) {
+			s.opts.Logger.Error("recovered from a panic in a handler", "panic", v, "session", h.sess.ID, "stack", string(stack))
+		},
+		IdleTimeout:    s.opts.IdleTimeout,
+		MessageTimeout: s.opts.MessageTimeout,
+		KeepAlive:      func() bool { return h.sess.OnDuty() },
+		LineBudget:     s.opts.LineBudget,
+	}
+	if info.NeedsAuth {
+		opts.Gate = &jsonrpc.Gate{Method: api.MethodSessionAuthenticate, MaxLine: s.opts.AuthMaxLine, Timeout: s.opts.AuthTimeout}
+	}
+	conn := jsonrpc.NewConn(rwc, opts)
 	h.conn = conn
 	h.sess = s.b.OpenSession(info, endpoint(conn))
 	defer h.sess.Close()
@@ -103,10 +163,19 @@ func (h *handler) authenticate(raw json.RawMessage) (any, error) {
 	if p.Token == "" {
 		return nil, api.MissingParam("token")
 	}
+	lim := h.srv.authFailures
+	if lim.Tokens() < 1 {
+		// Too many wrong tokens lately, from anyone: guessing is
+		// throttled daemon-wide, so fresh connections cannot multiply it.
+		return nil, api.Errorf(api.CodeRateLimited, map[string]any{"scope": "authentication", "limit_per_second": float64(lim.Limit()), "burst": lim.Burst()},
+			"too many failed authentications; retry in a second")
+	}
 	if h.srv.opts.Token == "" || subtle.ConstantTimeCompare([]byte(p.Token), []byte(h.srv.opts.Token)) != 1 {
+		lim.Allow()
 		if h.failures.Add(1) >= maxAuthFailures {
-			// Let the refusal reach the peer, then hang up.
-			time.AfterFunc(100*time.Millisecond, func() { h.conn.Close() })
+			// Let the refusal reach the peer, then hang up. (Before
+			// authentication the gate already hangs up at the first.)
+			h.conn.CloseWhenIdle()
 		}
 		return nil, api.Errorf(api.CodePermissionDenied, nil, "invalid token")
 	}

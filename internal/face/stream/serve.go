@@ -20,11 +20,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/deadline"
 	"github.com/pcp-dev/pcp/internal/frame"
 )
 
@@ -32,7 +35,14 @@ import (
 type Options struct {
 	// MaxPayload bounds one frame's payload; 0 means frame.DefaultMaxPayload.
 	MaxPayload int
-	Logger     *slog.Logger
+	// IdleTimeout closes a connection that sends nothing for this long
+	// while it holds no subscription (requests are served one at a
+	// time, so none is in flight while the face waits); 0 means never.
+	IdleTimeout time.Duration
+	// MessageTimeout bounds the arrival of one frame, header and payload
+	// (a skipped one included), from its first byte; 0 means no bound.
+	MessageTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Server serves the framed face of one broker.
@@ -55,7 +65,10 @@ func NewServer(b *core.Broker, opts Options) *Server {
 // conn is one framed connection; it is its session's event sink.
 // wmu serialises frame writes (replies and pushes).
 type conn struct {
-	rwc       io.ReadWriteCloser
+	rwc io.ReadWriteCloser
+	// cancel ends the context of the request being served: closing the
+	// connection cancels it.
+	cancel    context.CancelFunc
 	wmu       sync.Mutex
 	closeOnce sync.Once
 }
@@ -110,25 +123,60 @@ func (c *conn) push(p *api.PushEvent) error {
 	return c.write(frame.PushEvent, b)
 }
 
+// CloseWhenIdle stops reading: the request being served is answered,
+// then the read loop sees EOF and the connection closes (a daemon's
+// graceful shutdown).
+func (c *conn) CloseWhenIdle() {
+	if cr, ok := c.rwc.(interface{ CloseRead() error }); ok && cr.CloseRead() == nil {
+		return
+	}
+	c.Close()
+}
+
 // Close ends the connection; it is the session's core.Endpoint Closer.
 func (c *conn) Close() error {
 	var err error
-	c.closeOnce.Do(func() { err = c.rwc.Close() })
+	c.closeOnce.Do(func() { c.cancel(); err = c.rwc.Close() })
 	return err
 }
 
 // ServeConn serves one accepted connection until it closes.
 func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error {
-	c := &conn{rwc: rwc}
+	base, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &conn{rwc: rwc, cancel: cancel}
 	// The client socket serves no app and no adapter (Tier 1 apps have
 	// their own sockets): it offers events alone.
 	sess := s.b.OpenSession(info, core.Endpoint{Events: c, Closer: c})
 	defer sess.Close()
-	ctx, cancel := context.WithCancel(core.WithSession(context.Background(), sess))
-	defer cancel()
-	r := frame.NewReader(rwc, s.opts.MaxPayload)
+	ctx := core.WithSession(base, sess)
+	var (
+		src io.Reader = rwc
+		dl  *deadline.Reader
+	)
+	if d, ok := rwc.(deadline.Setter); ok && (s.opts.IdleTimeout > 0 || s.opts.MessageTimeout > 0) {
+		dl = deadline.NewReader(rwc, d, s.opts.IdleTimeout, s.opts.MessageTimeout)
+		src = dl
+	}
+	r := frame.NewReader(src, s.opts.MaxPayload)
 	for {
+		if dl != nil {
+			// The Reader buffers nothing above dl: a frame begins with
+			// the next byte read.
+			dl.Begin(false)
+		}
 		f, err := r.Next()
+		if dl != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			if !dl.InMessage() && sess.OnDuty() {
+				continue // a subscriber waiting for events
+			}
+			if dl.InMessage() {
+				c.write(frame.ErrorResponse, errorPayload(api.Errorf(api.CodeInvalidRequest,
+					map[string]any{"timeout_ms": s.opts.MessageTimeout.Milliseconds()},
+					"a frame must arrive whole within %v of its first byte; closing", s.opts.MessageTimeout)))
+			}
+			return nil
+		}
 		var (
 			tooLarge *frame.TooLargeError
 			unknown  *frame.UnknownTypeError
@@ -161,13 +209,20 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error 
 	}
 }
 
-// handle serves one request frame and returns the reply frame.
-func (s *Server) handle(ctx context.Context, f frame.Frame) (frame.Type, []byte) {
+// handle serves one request frame and returns the reply frame. A panic
+// is logged with its stack and answered with a plain INTERNAL_ERROR.
+func (s *Server) handle(ctx context.Context, f frame.Frame) (rt frame.Type, rp []byte) {
 	var (
 		t   frame.Type
 		v   any
 		err error
 	)
+	defer func() {
+		if r := recover(); r != nil {
+			s.opts.Logger.Error("recovered from a panic in a handler", "frame", f.Type.String(), "panic", r, "stack", string(debug.Stack()))
+			rt, rp = frame.ErrorResponse, errorPayload(&api.Error{Code: api.CodeInternalError, Message: "internal error"})
+		}
+	}()
 	switch f.Type {
 	case frame.Ping:
 		t = frame.Pong

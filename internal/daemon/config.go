@@ -1,0 +1,215 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/face/rpc"
+)
+
+// Config is pcpd's configuration.
+type Config struct {
+	// Socket is the agent socket (apps and the agent connect here).
+	Socket string
+	// ControlSocket is the user's socket (pcpctl acting as the user).
+	ControlSocket string
+	// AppSocketDir holds the Tier 1 per-app sockets; empty means "apps"
+	// beside the agent socket.
+	AppSocketDir string
+	// Accessibility binds the AT-SPI2 adapter (Tier 2): elements and
+	// actions of every accessible application, and the AT-SPI2 path of the
+	// dispatch. It connects to the accessibility bus on first use and
+	// again after the bus goes away; without one, it answers
+	// NO_ATSPI2_SUPPORT and health reports it degraded.
+	Accessibility bool
+	// AccessibilityBus overrides the accessibility bus address (default
+	// $AT_SPI_BUS_ADDRESS, else asked of the session bus).
+	AccessibilityBus string
+	// StateDir holds pcp.db and pcpd.lock, which one daemon at a time
+	// holds locked.
+	StateDir string
+	// TrustDir holds trusted publisher keys.
+	TrustDir string
+	// TCPAddr, if set, is a loopback address for the JSON-RPC face over
+	// TCP; clients authenticate with the token written to TokenFile.
+	TCPAddr   string
+	TokenFile string
+	// AllowUnsigned accepts unsigned manifests (development only).
+	AllowUnsigned bool
+	// RateLimits bound invocations; nil means core.DefaultRateLimits.
+	RateLimits *core.RateLimits
+	// PolicyFile is the user's policy (default
+	// $XDG_CONFIG_HOME/pcp/policy.toml); a missing file means the
+	// built-in defaults, a file that does not load stops the start.
+	PolicyFile string
+	// Reload, when it delivers, rereads the policy file (pcpd sends on
+	// SIGHUP).
+	Reload <-chan struct{}
+	// LivenessInterval and LivenessTimeout: see core.Config.
+	LivenessInterval, LivenessTimeout time.Duration
+	// MaxLine bounds one JSON-RPC line.
+	MaxLine int
+	Logger  *slog.Logger
+	// Ready, if set, is called once Serve accepts on every listener.
+	Ready func()
+
+	// Limits bound what connections may hold; zero fields take the
+	// defaults (see Defaults), so tests shrink only what they exercise.
+	Limits Limits
+
+	// runtimeFallback is the /tmp/pcp-<uid> directory Defaults chose
+	// when XDG_RUNTIME_DIR is unset; New refuses it unless it is ours.
+	runtimeFallback string
+}
+
+// Limits are the bounds on connections. A zero duration or count means
+// the default below; a negative duration turns that timeout off.
+type Limits struct {
+	// FirstByte closes a Unix connection that sends nothing this long
+	// after it was accepted (default 10 s).
+	FirstByte time.Duration
+	// Auth closes a TCP connection that has not authenticated this long
+	// after it was accepted (default 10 s).
+	Auth time.Duration
+	// Idle closes a connection that has been silent this long while it
+	// has no request in flight and serves no app or adapter and holds no
+	// subscription (default 5 min).
+	Idle time.Duration
+	// Message bounds the arrival of one message (a JSON-RPC line, a
+	// frame) from its first byte to its last (default 30 s).
+	Message time.Duration
+	// Connections bounds the connections open at once on the agent,
+	// control and TCP listeners together (default 1024);
+	// ConnectionsPerUID bounds those of one uid on the Unix sockets
+	// (default 512).
+	Connections, ConnectionsPerUID int
+	// LineMemory bounds the bytes that long JSON-RPC lines (above the
+	// 64 KiB read buffer) may hold, across every connection (default
+	// 64 MiB).
+	LineMemory int64
+	// AuthMaxLine bounds a line before TCP authentication (default
+	// 4 KiB).
+	AuthMaxLine int
+	// AuthFailuresPerSecond and AuthFailureBurst throttle wrong TCP
+	// tokens daemon-wide (default 5/s, bursts of 20).
+	AuthFailuresPerSecond float64
+	AuthFailureBurst      int
+}
+
+// Default limits.
+const (
+	DefaultFirstByteTimeout  = 10 * time.Second
+	DefaultIdleTimeout       = 5 * time.Minute
+	DefaultMessageTimeout    = 30 * time.Second
+	DefaultMaxConnections    = 1024
+	DefaultMaxConnectionsUID = 512
+	DefaultLineMemory        = 64 << 20
+	// DefaultShutdownTimeout is how long Run (and pcpd) let Shutdown
+	// drain before closing what is left.
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+func (l *Limits) defaults() {
+	dur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	dur(&l.FirstByte, DefaultFirstByteTimeout)
+	dur(&l.Auth, rpc.DefaultAuthTimeout)
+	dur(&l.Idle, DefaultIdleTimeout)
+	dur(&l.Message, DefaultMessageTimeout)
+	if l.Connections <= 0 {
+		l.Connections = DefaultMaxConnections
+	}
+	if l.ConnectionsPerUID <= 0 {
+		l.ConnectionsPerUID = DefaultMaxConnectionsUID
+	}
+	if l.LineMemory <= 0 {
+		l.LineMemory = DefaultLineMemory
+	}
+	if l.AuthMaxLine <= 0 {
+		l.AuthMaxLine = rpc.DefaultAuthMaxLine
+	}
+	if l.AuthFailuresPerSecond <= 0 {
+		l.AuthFailuresPerSecond = rpc.DefaultAuthFailuresPerSecond
+	}
+	if l.AuthFailureBurst <= 0 {
+		l.AuthFailureBurst = rpc.DefaultAuthFailureBurst
+	}
+}
+
+// off turns a negative (disabled) timeout into the 0 the faces read as
+// "none".
+func off(d time.Duration) time.Duration { return max(d, 0) }
+
+// Defaults fills empty paths from the XDG environment, makes every path
+// absolute (a Tier 1 app is handed its socket path and may run in another
+// directory), and fills the limits.
+func (c *Config) Defaults() error {
+	runtime := os.Getenv("XDG_RUNTIME_DIR")
+	if runtime == "" {
+		runtime = filepath.Join(os.TempDir(), fmt.Sprintf("pcp-%d", os.Getuid()))
+		c.runtimeFallback = runtime
+	}
+	home, _ := os.UserHomeDir()
+	state := os.Getenv("XDG_STATE_HOME")
+	if state == "" {
+		state = filepath.Join(home, ".local", "state")
+	}
+	config := os.Getenv("XDG_CONFIG_HOME")
+	if config == "" {
+		config = filepath.Join(home, ".config")
+	}
+	if c.Socket == "" {
+		c.Socket = filepath.Join(runtime, "pcp", "pcp.sock")
+	} else {
+		c.runtimeFallback = ""
+	}
+	abs := func(p *string) error {
+		if *p == "" {
+			return nil
+		}
+		a, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("making %s absolute: %w", *p, err)
+		}
+		*p = a
+		return nil
+	}
+	if err := abs(&c.Socket); err != nil {
+		return err
+	}
+	if c.ControlSocket == "" {
+		c.ControlSocket = filepath.Join(filepath.Dir(c.Socket), "control.sock")
+	}
+	if c.AppSocketDir == "" {
+		c.AppSocketDir = filepath.Join(filepath.Dir(c.Socket), "apps")
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(state, "pcp")
+	}
+	if c.TrustDir == "" {
+		c.TrustDir = filepath.Join(config, "pcp", "trusted-keys")
+	}
+	if c.PolicyFile == "" {
+		c.PolicyFile = filepath.Join(config, "pcp", "policy.toml")
+	}
+	if c.TCPAddr != "" && c.TokenFile == "" {
+		c.TokenFile = filepath.Join(filepath.Dir(c.Socket), "tcp.token")
+	}
+	for _, p := range []*string{&c.ControlSocket, &c.AppSocketDir, &c.StateDir, &c.TrustDir, &c.PolicyFile, &c.TokenFile} {
+		if err := abs(p); err != nil {
+			return err
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Limits.defaults()
+	return nil
+}
