@@ -258,18 +258,29 @@ func TestTCPTokensAreNotCheckedInBulk(t *testing.T) {
 	if out := waitEOF(t, b, 10*time.Second); !strings.Contains(out, "alone") || strings.Contains(out, `"result"`) {
 		t.Errorf("a batch before authentication: %q, want a refusal and the connection closed", out)
 	}
-	// Two more wrong tokens spend the burst (one was spent above);
-	// after that nothing is checked, the right token included.
+	// Two more wrong tokens spend the burst (one was spent above); after
+	// that a wrong token is not answered at all (the throttle would hold
+	// its answer past the authentication timeout), while the right token
+	// is never throttled.
 	for i := range 2 {
 		if _, err := client.DialTCP(context.Background(), addr, fmt.Sprintf("wrong-%d", i), client.Options{}); !errors.Is(err, api.ErrPermissionDenied) {
 			t.Fatalf("wrong token %d: %v, want PERMISSION_DENIED", i, err)
 		}
 	}
-	_, err = client.DialTCP(context.Background(), addr, token, client.Options{})
-	var e *api.Error
-	if !errors.As(err, &e) || e.Code != api.CodeRateLimited || dataOf(e)["scope"] != "authentication" {
-		t.Errorf("after the burst of failures: %v, want RATE_LIMITED scope authentication", err)
+	w, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer w.Close()
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"method":"session.authenticate","params":{"token":"wrong-again"}}`+"\n")
+	if out := waitEOF(t, w, 10*time.Second); out != "" {
+		t.Errorf("a wrong token past the throttle's burst was answered: %q, want the connection closed unanswered", out)
+	}
+	cl, err := client.DialTCP(context.Background(), addr, token, client.Options{})
+	if err != nil {
+		t.Fatalf("the right token while wrong ones are throttled: %v", err)
+	}
+	cl.Close()
 }
 
 // A message started must be finished in time, on both faces: a frame
@@ -511,3 +522,27 @@ func dataOf(e *api.Error) map[string]any {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// Past the throttle's burst, wrong tokens are answered at its rate however
+// many connections carry them: each answer waits for the throttle.
+func TestTCPWrongTokensAnsweredAtTheThrottlesRate(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	const perSecond = 20
+	_, addr, _ := tcpServer(t, Limits{AuthFailureBurst: 1, AuthFailuresPerSecond: perSecond})
+	start := time.Now()
+	const guesses = 5
+	var wg sync.WaitGroup
+	for i := range guesses {
+		wg.Go(func() {
+			if _, err := client.DialTCP(context.Background(), addr, fmt.Sprintf("wrong-%d", i), client.Options{}); !errors.Is(err, api.ErrPermissionDenied) {
+				t.Errorf("wrong token %d: %v, want PERMISSION_DENIED", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	// The first is the burst; the other four wait a twentieth of a second
+	// each, one after the other.
+	if took, least := time.Since(start), (guesses-1)*time.Second/perSecond; took < least {
+		t.Errorf("%d wrong tokens over fresh connections answered in %v, want at least %v", guesses, took, least)
+	}
+}

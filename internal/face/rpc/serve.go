@@ -128,7 +128,7 @@ type handler struct {
 func (h *handler) Handle(ctx context.Context, m *jsonrpc.Message) (any, error) {
 	ctx = core.WithSession(ctx, h.sess)
 	if m.Method == api.MethodSessionAuthenticate {
-		return h.authenticate(m.Params)
+		return h.authenticate(ctx, m.Params)
 	}
 	if !h.sess.Authenticated() {
 		return nil, api.Errorf(api.CodePermissionDenied, map[string]any{"method": m.Method},
@@ -152,7 +152,7 @@ func (h *handler) Handle(ctx context.Context, m *jsonrpc.Message) (any, error) {
 	return md.call(ctx, h.srv.b, m.Params)
 }
 
-func (h *handler) authenticate(raw json.RawMessage) (any, error) {
+func (h *handler) authenticate(ctx context.Context, raw json.RawMessage) (any, error) {
 	var p api.SessionAuthenticateParams
 	if err := decodeParams(raw, &p); err != nil {
 		return nil, err
@@ -163,22 +163,49 @@ func (h *handler) authenticate(raw json.RawMessage) (any, error) {
 	if p.Token == "" {
 		return nil, api.MissingParam("token")
 	}
+	if h.srv.opts.Token != "" && subtle.ConstantTimeCompare([]byte(p.Token), []byte(h.srv.opts.Token)) == 1 {
+		// The right token is never throttled: a flood of wrong ones from
+		// another local process cannot lock the real client out.
+		h.sess.MarkAuthenticated()
+		return &api.SessionAuthenticateResult{Authenticated: true}, nil
+	}
+	if err := h.tarpit(ctx); err != nil {
+		return nil, err
+	}
+	if h.failures.Add(1) >= maxAuthFailures {
+		// Let the refusal reach the peer, then hang up. (Before
+		// authentication the gate already hangs up at the first.)
+		h.conn.CloseWhenIdle()
+	}
+	return nil, api.Errorf(api.CodePermissionDenied, nil, "invalid token")
+}
+
+// tarpit holds the answer to a wrong token until the daemon-wide
+// throttle has room for it, so that guesses over any number of
+// connections are answered at most at its rate (after its burst). A
+// guess that would wait past the authentication timeout gets no answer
+// at all: the connection is closed, and the peer learns nothing of it.
+func (h *handler) tarpit(ctx context.Context) error {
 	lim := h.srv.authFailures
-	if lim.Tokens() < 1 {
-		// Too many wrong tokens lately, from anyone: guessing is
-		// throttled daemon-wide, so fresh connections cannot multiply it.
-		return nil, api.Errorf(api.CodeRateLimited, map[string]any{"scope": "authentication", "limit_per_second": float64(lim.Limit()), "burst": lim.Burst()},
-			"too many failed authentications; retry in a second")
+	r := lim.Reserve()
+	d := r.Delay()
+	if d == 0 {
+		return nil
 	}
-	if h.srv.opts.Token == "" || subtle.ConstantTimeCompare([]byte(p.Token), []byte(h.srv.opts.Token)) != 1 {
-		lim.Allow()
-		if h.failures.Add(1) >= maxAuthFailures {
-			// Let the refusal reach the peer, then hang up. (Before
-			// authentication the gate already hangs up at the first.)
-			h.conn.CloseWhenIdle()
-		}
-		return nil, api.Errorf(api.CodePermissionDenied, nil, "invalid token")
+	refused := api.Errorf(api.CodeRateLimited, map[string]any{"scope": "authentication", "limit_per_second": float64(lim.Limit()), "burst": lim.Burst()},
+		"too many failed authentications")
+	if d > h.srv.opts.AuthTimeout {
+		r.Cancel()
+		h.conn.Close()
+		return refused
 	}
-	h.sess.MarkAuthenticated()
-	return &api.SessionAuthenticateResult{Authenticated: true}, nil
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return refused
+	}
 }
