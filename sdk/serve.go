@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // Options configure Serve. A nil *Options is the zero value.
@@ -138,6 +140,10 @@ func serveOnce(ctx context.Context, appID string, srv PcpServer, o *Options, hs 
 	if err != nil {
 		return false, fmt.Errorf("sdk: connecting to the per-app socket of %s: %w", appID, err)
 	}
+	if err := checkServer(nc, sock); err != nil {
+		nc.Close()
+		return false, err
+	}
 	c := &conn{
 		appID:          appID,
 		prefix:         appID + ".",
@@ -205,4 +211,23 @@ func revoked(err error) bool {
 func isJSONObject(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+// checkServer refuses a per-app socket that another user serves
+// (SO_PEERCRED names the process that listened): it would see every
+// invocation and forge the results. The daemon's agent socket is checked
+// the same way by client.Dial.
+func checkServer(nc net.Conn, sock string) error {
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("sdk: %s is not a Unix socket", sock)
+	}
+	uid, pid, err := unixsock.PeerCred(uc)
+	if err != nil {
+		return fmt.Errorf("sdk: %s: cannot read the server's credentials: %w", sock, err)
+	}
+	if self := os.Getuid(); !unixsock.AllowPeer(uid, self) {
+		return fmt.Errorf("sdk: %s is served by uid %d (pid %d), not by this user (uid %d); refusing to serve on it", sock, uid, pid, self)
+	}
+	return nil
 }
