@@ -132,15 +132,8 @@ func (l *Limits) defaults() {
 	if l.LineMemory <= 0 {
 		l.LineMemory = DefaultLineMemory
 	}
-	if l.AuthMaxLine <= 0 {
-		l.AuthMaxLine = rpc.DefaultAuthMaxLine
-	}
-	if l.AuthFailuresPerSecond <= 0 {
-		l.AuthFailuresPerSecond = rpc.DefaultAuthFailuresPerSecond
-	}
-	if l.AuthFailureBurst <= 0 {
-		l.AuthFailureBurst = rpc.DefaultAuthFailureBurst
-	}
+	// AuthMaxLine and the throttle on wrong tokens are defaulted by the
+	// rpc face, which owns them.
 }
 
 // off turns a negative (disabled) timeout into the 0 the faces read as

@@ -84,34 +84,24 @@ func (s *Store) SaveJob(ctx context.Context, j stored.Job) error {
 // Jobs returns up to limit jobs, newest first (by CreatedAt, then by ID
 // descending). limit <= 0 selects DefaultJobsLimit.
 func (s *Store) Jobs(ctx context.Context, limit int) ([]stored.Job, error) {
-	if limit <= 0 {
-		limit = DefaultJobsLimit
-	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
-		ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: loading jobs: %w", err)
-	}
-	out, err := scanJobs(rows)
-	if err != nil {
-		return nil, fmt.Errorf("store: loading jobs: %w", err)
-	}
-	return out, nil
+	return s.JobsBefore(ctx, "", limit)
 }
 
 // JobsBefore is Jobs of the jobs older than the job with id before (by
 // CreatedAt, then by ID), or of all jobs for an empty before. A before
 // that names no job lists none.
 func (s *Store) JobsBefore(ctx context.Context, before string, limit int) ([]stored.Job, error) {
-	if before == "" {
-		return s.Jobs(ctx, limit)
-	}
 	if limit <= 0 {
 		limit = DefaultJobsLimit
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs
+	query, args := `SELECT `+jobColumns+` FROM jobs ORDER BY created_at DESC, id DESC LIMIT ?`, []any{limit}
+	if before != "" {
+		query = `SELECT ` + jobColumns + ` FROM jobs
 		WHERE (created_at, id) < (SELECT created_at, id FROM jobs WHERE id = ?)
-		ORDER BY created_at DESC, id DESC LIMIT ?`, before, limit)
+		ORDER BY created_at DESC, id DESC LIMIT ?`
+		args = []any{before, limit}
+	}
+	rows, err := s.rdb.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: loading jobs: %w", err)
 	}
