@@ -17,9 +17,10 @@ import (
 // reload swaps it whole, so an invocation sees one policy throughout.
 
 // effective applies the policy to a capability as declared: the trust
-// level and timeout the broker enforces for source.
-func (b *Broker) effective(c api.Capability, source api.InvocationSource) api.Capability {
-	d := b.pol.Load().Decide(c.AppID, c.Name, string(source), c.TrustLevel, c.TimeoutMS)
+// level and timeout the broker enforces for source and the contained
+// agent named agent ("" for none).
+func (b *Broker) effective(c api.Capability, source api.InvocationSource, agent string) api.Capability {
+	d := b.pol.Load().DecideFor(agent, c.AppID, c.Name, string(source), c.TrustLevel, c.TimeoutMS)
 	c.TrustLevel = d.TrustLevel.Value
 	c.TimeoutMS = d.Timeout.Value.Milliseconds()
 	return c
