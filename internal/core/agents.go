@@ -61,6 +61,18 @@ func (s *Session) Agent() string {
 	return s.Info.Agent
 }
 
+// ownsAgents reports whether s opened an agent's socket that is open.
+func (b *Broker) ownsAgents(s *Session) bool {
+	b.agents.mu.Lock()
+	defer b.agents.mu.Unlock()
+	for _, a := range b.agents.open {
+		if a.owner == s {
+			return true
+		}
+	}
+	return false
+}
+
 // OpenAgent answers agents.open: it opens the named agent's socket for
 // the user's control connection that asks, which owns it.
 func (b *Broker) OpenAgent(ctx context.Context, p *api.AgentsOpenParams) (*api.AgentsOpenResult, error) {
