@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
@@ -144,5 +145,34 @@ func TestAgentSockets(t *testing.T) {
 	defer user2.Close()
 	if _, err := user2.OpenAgent(ctx, "banned"); err != nil {
 		t.Errorf("reopening banned after its owner left: %v", err)
+	}
+}
+
+// The control connection that opened an agent's socket is not idle: the
+// idle timeout that closes a silent connection spares it, so the agent
+// keeps its socket while it runs.
+func TestAgentOwnerIsNotIdle(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r := start(t, Config{Limits: Limits{Idle: 200 * time.Millisecond}})
+	ctx := context.Background()
+	owner, err := client.Dial(ctx, r.cfg.ControlSocket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	if _, err := owner.OpenAgent(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := client.Dial(ctx, r.cfg.ControlSocket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-plain.Done() // closed as idle; the owner has been silent longer
+	if _, err := owner.Health(ctx); err != nil {
+		t.Errorf("the owner's connection: %v, want it open", err)
 	}
 }
