@@ -26,6 +26,9 @@ type AgentsOpenResult struct {
 	// directory of the policy file, the trust directory), which the
 	// agent's sandbox must hide.
 	Hide []string `json:"hide"`
+	// ReadOnly lists files the agent may see but must not change: pcpd's
+	// own executable.
+	ReadOnly []string `json:"read_only,omitempty"`
 }
 
 // AgentsCloseParams are agents.close's parameters.

@@ -179,7 +179,7 @@ func (e *env) agentRun(ctx context.Context, o runOptions) error {
 		cmd = exec.CommandContext(ctx, o.command[0], o.command[1:]...)
 	} else {
 		plan := sandboxPlan{
-			endpoint: opened.Socket, hide: append(opened.Hide, pcpDirs()...), exe: exe,
+			endpoint: opened.Socket, hide: append(opened.Hide, pcpDirs()...), readOnly: opened.ReadOnly, exe: exe,
 			env: os.Environ(), noNetwork: o.noNetwork, newSession: sb.legacyTIOCSTI, command: o.command,
 		}
 		for _, d := range opened.Hide {
@@ -304,7 +304,8 @@ func enter(statusFD int, argv []string, stderr io.Writer) error {
 type sandboxPlan struct {
 	endpoint              string   // the agent's socket: the one PCP path it sees
 	hide                  []string // directories to hide (empty, read-only)
-	exe                   string   // pcpctl, bound read-only for _enter
+	readOnly              []string // files to keep read-only (pcpd)
+	exe                   string   // pcpctl, bound read-only for _enter and against replacement
 	env                   []string // the caller's environment, for the display and buses
 	noNetwork, newSession bool
 	command               []string
@@ -382,6 +383,13 @@ func (p sandboxPlan) args() []string {
 		}
 	}
 	a = append(a, "--bind", p.endpoint, p.endpoint, "--ro-bind", p.exe, p.exe)
+	for _, f := range p.readOnly {
+		if filepath.IsAbs(f) && f != p.exe && !under(f) {
+			if _, err := os.Stat(f); err == nil {
+				a = append(a, "--ro-bind", f, f)
+			}
+		}
+	}
 	for _, d := range readOnly {
 		a = append(a, "--remount-ro", d)
 	}

@@ -177,6 +177,10 @@ func TestAgentSandbox(t *testing.T) {
 	}
 
 	display := strings.TrimPrefix(desk.Vars["DISPLAY"], ":")
+	self, err := os.Executable() // the daemon runs in this process
+	if err != nil {
+		t.Fatal(err)
+	}
 	targets := map[string]any{
 		"control_socket": l.control, "shared_socket": l.socket, "state_dir": l.state,
 		"policy_file": l.policy, "policy_marker": marker, "trust_dir": l.trust,
@@ -184,7 +188,7 @@ func TestAgentSandbox(t *testing.T) {
 		"abstract_bus": abstractBus, "session_bus": busPath(t, desk.Vars["DBUS_SESSION_BUS_ADDRESS"]),
 		"a11y_bus": busPath(t, desk.Vars["AT_SPI_BUS_ADDRESS"]), "wayland": wayland, "tcp": tcp.Addr().String(),
 		"pcpd_pid": os.Getpid(), "user_pid": userProc.Process.Pid, "pcpctl_pid_fifo": fifo,
-		"pcpd": filepath.Join(bin, "pcpd"), "pcpctl": filepath.Join(bin, "pcpctl"),
+		"pcpd": filepath.Join(bin, "pcpd"), "pcpctl": filepath.Join(bin, "pcpctl"), "pcpd_exe": self,
 		"confirm_capability": "pcp.inspection.health", "confirm_app": "pcp.inspection",
 	}
 	// Every socket the probe must not reach is reachable from here: what
@@ -249,6 +253,7 @@ func TestAgentSandbox(t *testing.T) {
 		"unmount_hiding", "new_user_namespace",
 		"x11_socket", "x11_abstract_socket", "bus_abstract_socket", "session_bus", "a11y_bus", "wayland_socket",
 		"kill0_pcpd", "sighup_pcpd", "kill0_user_process", "kill0_pcpctl", "kill0_outside_landlock_domain", "ptrace_pcpd", "second_pcpd",
+		"replace_pcpctl_binary", "replace_pcpd_binary",
 	}
 	for _, name := range allowed {
 		if r, ok := got[name]; !ok || !r.Succeeded {

@@ -20,9 +20,10 @@ import (
 // AgentEndpoints opens and closes the agents' own sockets. The daemon
 // provides it; its methods may be called concurrently.
 type AgentEndpoints interface {
-	// OpenAgent opens name's socket and returns its path and the
-	// directories the agent's sandbox must hide.
-	OpenAgent(name string) (socket string, hide []string, err error)
+	// OpenAgent opens name's socket and returns its path, the
+	// directories the agent's sandbox must hide and the files it must
+	// keep read-only.
+	OpenAgent(name string) (socket string, hide, readOnly []string, err error)
 	// CloseAgent closes name's socket and the connections accepted on
 	// it, and returns how many there were.
 	CloseAgent(name string) int
@@ -105,7 +106,7 @@ func (b *Broker) OpenAgent(ctx context.Context, p *api.AgentsOpenParams) (*api.A
 	t.open[p.Name] = a // reserved while the daemon opens it
 	t.mu.Unlock()
 
-	socket, hide, err := ep.OpenAgent(p.Name)
+	socket, hide, readOnly, err := ep.OpenAgent(p.Name)
 	if err != nil {
 		t.mu.Lock()
 		delete(t.open, p.Name)
@@ -127,7 +128,7 @@ func (b *Broker) OpenAgent(ctx context.Context, p *api.AgentsOpenParams) (*api.A
 			}
 		}()
 	}
-	return &api.AgentsOpenResult{Name: p.Name, Socket: socket, Hide: hide}, nil
+	return &api.AgentsOpenResult{Name: p.Name, Socket: socket, Hide: hide, ReadOnly: readOnly}, nil
 }
 
 // CloseAgent answers agents.close.

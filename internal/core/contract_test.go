@@ -140,8 +140,8 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 // fakeAgentEndpoints stands in for the daemon's agent sockets.
 type fakeAgentEndpoints struct{}
 
-func (fakeAgentEndpoints) OpenAgent(name string) (string, []string, error) {
-	return "/run/pcp/agents/" + name + "/pcp.sock", nil, nil
+func (fakeAgentEndpoints) OpenAgent(name string) (string, []string, []string, error) {
+	return "/run/pcp/agents/" + name + "/pcp.sock", nil, nil, nil
 }
 func (fakeAgentEndpoints) CloseAgent(string) int { return 0 }
 

@@ -52,36 +52,36 @@ func newAgentSockets(s *Server) *agentSockets {
 }
 
 // OpenAgent opens name's socket and starts accepting on it.
-func (a *agentSockets) OpenAgent(name string) (string, []string, error) {
+func (a *agentSockets) OpenAgent(name string) (string, []string, []string, error) {
 	path := filepath.Join(a.dir, name, "pcp.sock")
 	if len(path) > maxSocketPath {
-		return "", nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "socket": path},
+		return "", nil, nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "socket": path},
 			"the agent's socket path %s is longer than the %d bytes a Unix socket address holds; choose a shorter name", path, maxSocketPath)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return "", nil, api.Errorf(api.CodeInternalError, nil, "the daemon is shutting down")
+		return "", nil, nil, api.Errorf(api.CodeInternalError, nil, "the daemon is shutting down")
 	}
 	if _, ok := a.open[name]; ok {
-		return "", nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "name": name, "open": true}, "agent %s is already running", name)
+		return "", nil, nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "name": name, "open": true}, "agent %s is already running", name)
 	}
 	if len(a.open) >= maxAgents {
-		return "", nil, api.Errorf(api.CodeRateLimited, map[string]any{"scope": "agents", "limit": maxAgents}, "at most %d agents may run at once", maxAgents)
+		return "", nil, nil, api.Errorf(api.CodeRateLimited, map[string]any{"scope": "agents", "limit": maxAgents}, "at most %d agents may run at once", maxAgents)
 	}
 	if err := unixsock.SecureDir(a.dir); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	l, err := unixsock.Listen(path)
 	if err != nil {
-		return "", nil, fmt.Errorf("opening agent %s's socket: %w", name, err)
+		return "", nil, nil, fmt.Errorf("opening agent %s's socket: %w", name, err)
 	}
 	as := &agentSocket{path: path, l: l, done: make(chan struct{})}
 	a.open[name] = as
 	a.wg.Add(1)
 	go a.accept(name, as)
 	a.s.log.Info("agent socket opened", "agent", name, "socket", path)
-	return path, a.hide(), nil
+	return path, a.hide(), a.readOnly(), nil
 }
 
 // accept admits the connections of name's socket until it is closed.
@@ -154,6 +154,19 @@ func (a *agentSockets) hide() []string {
 	}
 	slices.Sort(dirs)
 	return slices.Compact(dirs)
+}
+
+// readOnly lists the files an agent may run but must not replace:
+// pcpd's executable (the user starts it again later).
+func (a *agentSockets) readOnly() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return nil
+	}
+	return []string{exe}
 }
 
 // closeAgentConns closes the connections accepted on agent name's socket

@@ -47,6 +47,8 @@ type Targets struct {
 	PcpctlPIDFIFO string `json:"pcpctl_pid_fifo"`
 	Pcpd          string `json:"pcpd"`
 	Pcpctl        string `json:"pcpctl"`
+	// PcpdExe is the running daemon's executable.
+	PcpdExe string `json:"pcpd_exe"`
 	// ConfirmCapability needs the user's confirmation for this agent.
 	ConfirmCapability string `json:"confirm_capability"`
 	ConfirmApp        string `json:"confirm_app"`
@@ -216,10 +218,25 @@ func main() {
 		return "", nil
 	})
 	try("second_pcpd", func() (string, error) { return secondDaemon(ctx, t) })
+	// Last: replacing the binaries the user runs next. A rename over
+	// them would work on a running binary; only the read-only bind
+	// stops it.
+	try("replace_pcpctl_binary", func() (string, error) { return "", replace(t.Pcpctl) })
+	try("replace_pcpd_binary", func() (string, error) { return "", replace(t.PcpdExe) })
 
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	enc.Encode(out)
+}
+
+// replace renames a new file over path.
+func replace(path string) error {
+	tmp := path + ".agent"
+	if err := os.WriteFile(tmp, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	return os.Rename(tmp, path)
 }
 
 func health(ctx context.Context, path string) (string, error) {
