@@ -14,9 +14,10 @@ import (
 // sockets and signals (Linux 6.12).
 const minLandlockABI = 6
 
-// landlockSignalErratum is the Landlock erratum whose fix makes signal
-// scoping hold for every thread (fixed in 6.15 and backported); a kernel
-// without it scopes signals only partly.
+// landlockSignalErratum is Landlock erratum 2, a fix to signal scoping
+// (in the 6.12 stable series and later). Without it go-landlock treats
+// the kernel as ABI 5 and RestrictScoped would refuse; agent run says so
+// up front.
 const landlockSignalErratum = 1 << 1
 
 // sandboxSupport is what the running system offers the sandbox.
