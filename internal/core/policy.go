@@ -94,6 +94,12 @@ func (b *Broker) PolicyShow(ctx context.Context, p *api.PolicyShowParams) (*api.
 	if !api.InvocationSource(source).Valid() {
 		return nil, api.InvalidParam("source", "unknown InvocationSource %q", source)
 	}
+	agent := p.Agent
+	if agent == "" {
+		agent = SessionFrom(ctx).Agent()
+	} else if err := api.ValidateAgentName(agent); err != nil {
+		return nil, api.InvalidParam("agent", "%v", api.CheckAgentName(agent))
+	}
 	b.mu.RLock()
 	in := make([]policy.CapabilityInput, 0, len(b.caps))
 	for _, c := range b.caps {
@@ -101,7 +107,7 @@ func (b *Broker) PolicyShow(ctx context.Context, p *api.PolicyShowParams) (*api.
 	}
 	b.mu.RUnlock()
 	sort.Slice(in, func(i, j int) bool { return in[i].CapabilityID < in[j].CapabilityID })
-	raw, err := json.Marshal(b.pol.Load().View(in, source))
+	raw, err := json.Marshal(b.pol.Load().ViewFor(in, source, agent))
 	if err != nil {
 		return nil, err
 	}

@@ -120,6 +120,27 @@ func TestAgentSockets(t *testing.T) {
 	if err := ping(ctx, bc); !errors.Is(err, api.ErrPermissionDenied) {
 		t.Errorf("ping by the banned agent: %v, want PERMISSION_DENIED", err)
 	}
+	// policy.show says so, to the agent itself and to the user asking for it.
+	for who, c := range map[string]*client.Client{"the agent": bc, "the user": user} {
+		var v api.PolicyView
+		p := &api.PolicyShowParams{}
+		if c == user {
+			p.Agent = "banned"
+		}
+		if err := c.Call(ctx, api.MethodPolicyShow, p, &v); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, pc := range v.Capabilities {
+			found = found || pc.CapabilityID == "pcp.inspection.ping"
+			if pc.CapabilityID == "pcp.inspection.ping" && (v.Agent != "banned" || pc.TrustLevel.Value != "deny" || pc.TrustLevel.From != "policy.toml: agents.banned") {
+				t.Errorf("policy.show for %s: agent %q, ping %+v", who, v.Agent, pc.TrustLevel)
+			}
+		}
+		if !found {
+			t.Errorf("policy.show for %s lists no pcp.inspection.ping", who)
+		}
+	}
 
 	// agents.close ends the socket and its connections.
 	cr, err := user.CloseAgent(ctx, "probe")
