@@ -7,6 +7,11 @@ package api
 
 // Audit entry kinds (AuditEntry.Kind).
 const (
+	// AuditAgent: an agent's socket was opened or closed (agents.open,
+	// agents.close, or the control connection that opened it closing);
+	// Outcome is AuditAgentOpened or AuditAgentClosed. Detail:
+	// AuditAgentDetail.
+	AuditAgent = "agent"
 	// AuditRegister: register.capability, or a Tier 1 app's handshake.
 	// Detail: AuditRegisterDetail, or AuditErrorDetail when refused.
 	AuditRegister = "register"
@@ -40,7 +45,7 @@ const (
 
 // AuditKinds lists the entry kinds, sorted.
 var AuditKinds = []string{
-	AuditAction, AuditAdapter, AuditAllow, AuditConfirmation, AuditInvoke, AuditInvokeAdmin,
+	AuditAction, AuditAdapter, AuditAgent, AuditAllow, AuditConfirmation, AuditInvoke, AuditInvokeAdmin,
 	AuditJob, AuditLiveness, AuditPolicy, AuditRegister, AuditRevoke,
 }
 
@@ -53,6 +58,8 @@ const (
 	AuditUnresponsive     = "unresponsive"
 	AuditPolicyLoaded     = "loaded"
 	AuditPolicyLoadFailed = "load_failed"
+	AuditAgentOpened      = "opened"
+	AuditAgentClosed      = "closed"
 )
 
 // The detail structs below list their fields sorted by JSON name, so
@@ -102,6 +109,15 @@ type AuditAdapterDetail struct {
 	AdapterID      string `json:"adapter_id"`
 	SupportedTiers []int  `json:"supported_tiers"`
 	SurfaceType    string `json:"surface_type"`
+}
+
+// AuditAgentDetail is the detail of an agent's socket opening or closing.
+type AuditAgentDetail struct {
+	Agent string `json:"agent"`
+	// Connections counts the agent's connections closed with it.
+	Connections int    `json:"connections,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Socket      string `json:"socket"`
 }
 
 // AuditRevokeDetail is the detail of a revocation.

@@ -41,6 +41,12 @@ var SpecMethods = []string{
 // PCP extensions to spec 000. They live in their own namespaces so that
 // they can never collide with a spec method.
 const (
+	// MethodAgentsOpen opens a contained agent's own socket, whose
+	// sessions speak for that agent. User only.
+	MethodAgentsOpen = "agents.open"
+	// MethodAgentsClose closes an agent's socket and its connections.
+	// User only.
+	MethodAgentsClose = "agents.close"
 	// MethodAppsList lists registered applications with their state.
 	MethodAppsList = "apps.list"
 	// MethodAppsAllow lifts a revocation. User role only.
@@ -110,6 +116,8 @@ type MethodInfo struct {
 // extensions, sorted by name. The face's method table, its role check and
 // pavo's retries read it.
 var Methods = []MethodInfo{
+	{Name: MethodAgentsClose, Role: RoleUser},
+	{Name: MethodAgentsOpen, Role: RoleUser},
 	{Name: MethodAppsAllow, Role: RoleUser},
 	{Name: MethodAppsList, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAppsSocket, Role: RoleAgent},

@@ -587,6 +587,10 @@ type PolicyShowParams struct {
 	// Source is the invocation source the rows are for; default
 	// SystemIntelligence.
 	Source string `json:"source,omitempty"`
+	// Agent, when set, shows the decisions for the contained agent of
+	// that name (its [agents.<name>] rules); a contained agent that
+	// leaves it empty sees its own.
+	Agent string `json:"agent,omitempty"`
 }
 
 // Valued is a setting's effective value and where it came from, e.g.
@@ -620,6 +624,7 @@ type PolicyView struct {
 	Path               string             `json:"path"`
 	Loaded             bool               `json:"loaded"`
 	Source             string             `json:"source"`
+	Agent              string             `json:"agent,omitempty"`
 	Limits             PolicyLimits       `json:"limits"`
 	ConfirmationExpiry Valued             `json:"confirmation_expiry"`
 	Capabilities       []PolicyCapability `json:"capabilities"`

@@ -16,11 +16,15 @@ const (
 )
 
 // ExitCode is the process exit code for an error Run returned: 0 for nil,
-// ExitUsage for a wrong command line, ExitFailure otherwise.
+// ExitUsage for a wrong command line, the command's own for an
+// *ExitStatus (agent run), ExitFailure otherwise.
 func ExitCode(err error) int {
+	var xs *ExitStatus
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &xs):
+		return xs.Code
 	case IsUsage(err):
 		return ExitUsage
 	default:
@@ -33,7 +37,8 @@ func ExitCode(err error) int {
 // data as compact JSON on a line of its own when it has any; anything else
 // reads "pcpctl: message".
 func FormatError(err error) string {
-	if err == nil {
+	var xs *ExitStatus
+	if err == nil || errors.As(err, &xs) {
 		return ""
 	}
 	var pe *api.Error

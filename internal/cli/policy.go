@@ -33,16 +33,17 @@ capability's effective trust level and timeout, each with where it came from
 (the policy file, the manifest, or a built-in default).`,
 		Args: cobra.NoArgs,
 	}
-	var source string
+	var source, agent string
 	show := &cobra.Command{
-		Use:   "show [--source S]",
+		Use:   "show [--source S] [--agent NAME]",
 		Short: "Show the effective policy (policy.show)",
 		Args:  cobra.NoArgs,
 		RunE: e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
-			return e.policy(ctx, false, api.MethodPolicyShow, &api.PolicyShowParams{Source: source})
+			return e.policy(ctx, false, api.MethodPolicyShow, &api.PolicyShowParams{Source: source, Agent: agent})
 		}),
 	}
 	show.Flags().StringVar(&source, "source", "", "the invocation source to show decisions for (default: pcpd's)")
+	show.Flags().StringVar(&agent, "agent", "", "show the decisions for the contained agent NAME (pcpctl agent run --name)")
 	cmd.AddCommand(
 		show,
 		&cobra.Command{
@@ -90,6 +91,9 @@ func (e *env) policy(ctx context.Context, control bool, method string, params an
 	t := newTable(e.stdout)
 	t.row("policy file:", file)
 	t.row("source:", orDash(v.Source))
+	if v.Agent != "" {
+		t.row("agent:", v.Agent)
+	}
 	if err := t.flush(); err != nil {
 		return err
 	}

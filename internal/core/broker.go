@@ -196,6 +196,9 @@ type Broker struct {
 
 	// gate refuses every action once an audit append has failed.
 	gate auditGate
+
+	// agents are the contained agents whose sockets are open (agents.go).
+	agents agentTable
 }
 
 // New loads persisted state and returns a running broker.

@@ -187,8 +187,12 @@ func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilit
 }
 
 // agentOf names the agent a session speaks for, for the per-agent bound:
-// the peer's uid on a Unix socket, else the session itself.
+// a contained agent's name, the peer's uid on a Unix socket, else the
+// session itself.
 func agentOf(s *Session) string {
+	if s.Info.Agent != "" {
+		return "name:" + s.Info.Agent
+	}
 	if s.Info.Transport == "unix" && s.Info.UID >= 0 {
 		return fmt.Sprintf("uid:%d", s.Info.UID)
 	}

@@ -70,6 +70,15 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 			_, err := w.b.AllowApp(w.user, &api.AppsAllowParams{AppID: "org.example.mail"})
 			return err
 		}},
+		{"agent opened", func() error {
+			w.b.SetAgentEndpoints(fakeAgentEndpoints{})
+			_, err := w.b.OpenAgent(w.user, &api.AgentsOpenParams{Name: "probe"})
+			return err
+		}},
+		{"agent closed", func() error {
+			_, err := w.b.CloseAgent(w.user, &api.AgentsCloseParams{Name: "probe"})
+			return err
+		}},
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
@@ -83,6 +92,7 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 	details := map[string]func() any{
 		api.AuditAction:       func() any { return new(api.AuditActionDetail) },
 		api.AuditAdapter:      func() any { return new(api.AuditAdapterDetail) },
+		api.AuditAgent:        func() any { return new(api.AuditAgentDetail) },
 		api.AuditAllow:        func() any { return new(api.AuditAllowDetail) },
 		api.AuditConfirmation: func() any { return new(api.AuditConfirmationDetail) },
 		api.AuditInvoke:       func() any { return new(api.AuditInvokeDetail) },
@@ -120,12 +130,20 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 		}
 	}
 	for _, k := range []string{api.AuditRegister, api.AuditInvoke, api.AuditConfirmation, api.AuditAdapter, api.AuditAction,
-		api.AuditPolicy, api.AuditRevoke, api.AuditAllow} {
+		api.AuditPolicy, api.AuditRevoke, api.AuditAllow, api.AuditAgent} {
 		if !seen[k] {
 			t.Errorf("no %s entry was written; the steps above should write one", k)
 		}
 	}
 }
+
+// fakeAgentEndpoints stands in for the daemon's agent sockets.
+type fakeAgentEndpoints struct{}
+
+func (fakeAgentEndpoints) OpenAgent(name string) (string, []string, []string, error) {
+	return "/run/pcp/agents/" + name + "/pcp.sock", nil, nil, nil
+}
+func (fakeAgentEndpoints) CloseAgent(string) int { return 0 }
 
 func wantErr(err error) error {
 	if err == nil {

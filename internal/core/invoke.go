@@ -161,7 +161,7 @@ func (b *Broker) resolve(ctx context.Context, inv *invocation) error {
 		return revokedError(appID, rev.Reason)
 	case owned:
 		// The user's policy decides the trust level and timeout.
-		c = b.effective(c, p.Source)
+		c = b.effective(c, p.Source, inv.sess.Agent())
 		inv.c = &c
 		t, err := routeOf(&c, provider, builtin, access)
 		if err != nil {
@@ -338,7 +338,7 @@ func (b *Broker) unregistered(ctx context.Context, p *api.InvokeCapabilityParams
 			if revoked {
 				return api.Capability{}, dispatchTarget{}, revokedError(owner, rev.Reason)
 			}
-			c := b.effective(detected(p.CapabilityID, owner), p.Source)
+			c := b.effective(detected(p.CapabilityID, owner), p.Source, SessionFrom(ctx).Agent())
 			return c, dispatchTarget{route: routeAccessibility + ":" + ae.id, access: []*accessEntry{ae}}, nil
 		}
 	}

@@ -88,7 +88,7 @@ func (b *Broker) runJob(id string) {
 	_, revoked := b.revoked[rec.AppID]
 	b.mu.RUnlock()
 	if ce != nil {
-		c = b.effective(c, api.InvocationSource(rec.Source))
+		c = b.effective(c, api.InvocationSource(rec.Source), "") // approved already: only the timeout matters
 	}
 	var (
 		res *api.CapabilityResult

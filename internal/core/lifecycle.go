@@ -3,11 +3,15 @@ package core
 import "context"
 
 // OnDuty reports whether the session has work that keeps its connection
-// open while the peer is silent: an app or adapter it serves, or a
-// subscription it holds. Faces use it to spare such connections from
-// their idle timeout. It takes b.mu, then s.mu (the documented order).
+// open while the peer is silent: an app or adapter it serves, a
+// subscription it holds, or an agent's socket it opened. Faces use it to
+// spare such connections from their idle timeout. It takes b.mu, then
+// s.mu (the documented order).
 func (s *Session) OnDuty() bool {
 	b := s.b
+	if b.ownsAgents(s) {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, sub := range b.subs {

@@ -17,9 +17,10 @@ import (
 // reload swaps it whole, so an invocation sees one policy throughout.
 
 // effective applies the policy to a capability as declared: the trust
-// level and timeout the broker enforces for source.
-func (b *Broker) effective(c api.Capability, source api.InvocationSource) api.Capability {
-	d := b.pol.Load().Decide(c.AppID, c.Name, string(source), c.TrustLevel, c.TimeoutMS)
+// level and timeout the broker enforces for source and the contained
+// agent named agent ("" for none).
+func (b *Broker) effective(c api.Capability, source api.InvocationSource, agent string) api.Capability {
+	d := b.pol.Load().DecideFor(agent, c.AppID, c.Name, string(source), c.TrustLevel, c.TimeoutMS)
 	c.TrustLevel = d.TrustLevel.Value
 	c.TimeoutMS = d.Timeout.Value.Milliseconds()
 	return c
@@ -93,6 +94,12 @@ func (b *Broker) PolicyShow(ctx context.Context, p *api.PolicyShowParams) (*api.
 	if !api.InvocationSource(source).Valid() {
 		return nil, api.InvalidParam("source", "unknown InvocationSource %q", source)
 	}
+	agent := p.Agent
+	if agent == "" {
+		agent = SessionFrom(ctx).Agent()
+	} else if err := api.ValidateAgentName(agent); err != nil {
+		return nil, api.InvalidParam("agent", "%v", api.CheckAgentName(agent))
+	}
 	b.mu.RLock()
 	in := make([]policy.CapabilityInput, 0, len(b.caps))
 	for _, c := range b.caps {
@@ -100,7 +107,7 @@ func (b *Broker) PolicyShow(ctx context.Context, p *api.PolicyShowParams) (*api.
 	}
 	b.mu.RUnlock()
 	sort.Slice(in, func(i, j int) bool { return in[i].CapabilityID < in[j].CapabilityID })
-	raw, err := json.Marshal(b.pol.Load().View(in, source))
+	raw, err := json.Marshal(b.pol.Load().ViewFor(in, source, agent))
 	if err != nil {
 		return nil, err
 	}

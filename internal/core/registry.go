@@ -288,7 +288,7 @@ func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilities
 		cc := c.Capability
 		cc.Available = c.app.provider != nil
 		// The trust level the agent will meet, after the user's policy.
-		cc.TrustLevel = b.effective(cc, api.SourceSystemIntelligence).TrustLevel
+		cc.TrustLevel = b.effective(cc, api.SourceSystemIntelligence, SessionFrom(ctx).Agent()).TrustLevel
 		out = append(out, cc)
 	}
 	b.mu.RUnlock()
@@ -460,6 +460,6 @@ func (b *Broker) LookupCapability(id string) (api.Capability, bool) {
 	if ce == nil {
 		return c, false
 	}
-	c.TrustLevel = b.effective(c, api.SourceSystemIntelligence).TrustLevel
+	c.TrustLevel = b.effective(c, api.SourceSystemIntelligence, "").TrustLevel
 	return c, true
 }

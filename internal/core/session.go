@@ -71,6 +71,9 @@ type SessionInfo struct {
 	Remote string
 	// NeedsAuth is true for TCP sessions until they present the token.
 	NeedsAuth bool
+	// Agent names the contained agent whose own socket the connection
+	// came in on (agents.open); "" on the shared sockets.
+	Agent string
 }
 
 // Session is one client connection as the core sees it.
@@ -96,10 +99,14 @@ type Session struct {
 	closed   bool
 }
 
-// Actor names the session in audit entries, e.g. "agent:uid=1000,pid=42".
+// Actor names the session in audit entries, e.g. "agent:uid=1000,pid=42",
+// or "agent:<name>" for a contained agent on its own socket.
 func (s *Session) Actor() string {
 	if s == nil {
 		return "inproc"
+	}
+	if s.Info.Agent != "" {
+		return "agent:" + s.Info.Agent
 	}
 	switch s.Info.Transport {
 	case "unix":

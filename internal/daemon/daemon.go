@@ -53,6 +53,7 @@ type Server struct {
 	b      *core.Broker
 	ax     *atspi.Adapter // nil without Accessibility
 	apps   *appsock.Server
+	agents *agentSockets
 	face   *rpc.Server
 	stream *stream.Server
 	lns    []listener
@@ -90,9 +91,10 @@ type listener struct {
 
 // tracked is one accepted connection.
 type tracked struct {
-	c    net.Conn
-	uid  int  // -1 for TCP
-	face bool // handed to a face (guarded by Server.mu)
+	c     net.Conn
+	uid   int    // -1 for TCP
+	agent string // the agent socket's name, "" for the shared sockets
+	face  bool   // handed to a face (guarded by Server.mu)
 }
 
 // New opens everything pcpd needs and binds its listeners; nothing is
@@ -178,6 +180,8 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	s.apps = appsock.New(s.b, cfg.AppSocketDir, s.log)
 	s.b.SetAppSockets(s.apps)
+	s.agents = newAgentSockets(s)
+	s.b.SetAgentEndpoints(s.agents)
 	return s, nil
 }
 
@@ -310,6 +314,9 @@ func (s *Server) stopAccepting() bool {
 		for _, ln := range s.lns {
 			ln.l.Close()
 		}
+		if s.agents != nil {
+			s.agents.closeAll()
+		}
 		close(s.quit) // after the listeners: quit means nothing is accepted
 		s.cancel()
 	})
@@ -385,6 +392,10 @@ func (s *Server) release() {
 		}
 		if s.b != nil {
 			s.b.Close()
+		}
+		if s.agents != nil {
+			s.agents.closeAll() // New failing halfway: never served
+			s.agents.wg.Wait()
 		}
 		s.connWG.Wait()
 		s.bg.Wait()

@@ -32,6 +32,15 @@
 //	[sources.<invocation source>]     # "SystemIntelligence" is the only source today
 //	trust_level = "confirm"           # a floor: only ever tightens
 //
+//	[agents.<agent name>]             # a contained agent (pcpctl agent run --name)
+//	trust_level = "confirm"           # a floor for all it invokes; "deny": it may invoke nothing
+//
+//	[agents.<agent name>.apps."<app id>"]
+//	trust_level = "auto"              # this agent, this app
+//
+//	[agents.<agent name>.apps."<app id>".capabilities.<capability name>]
+//	trust_level = "deny"              # this agent, this capability
+//
 // Durations are strings in Go's time.ParseDuration form ("500ms", "30s",
 // "2m", "1h30m"). Rates may be written as integers or floats.
 //
@@ -42,7 +51,8 @@
 // type; a trust level other than the three; an unparsable, zero, negative
 // or out-of-range duration; a negative, NaN or infinite rate; a negative
 // burst; a source other than the ones api.InvocationSource.Valid accepts;
-// an empty app id or capability name; a file over MaxFileSize. Unknown
+// an empty app id or capability name; an agent name that
+// api.CheckAgentName refuses; a file over MaxFileSize. Unknown
 // keys are all reported, joined; any other problem stops at the first.
 //
 // # Trust levels
@@ -54,8 +64,17 @@
 //     package would have rejected, counts as deny);
 //  2. replaced by apps."a".trust_level, if set;
 //  3. replaced by apps."a".capabilities.c.trust_level, if set;
-//  4. raised to sources.s.trust_level if that is stricter:
-//     max(level, source level). A source rule never loosens.
+//  4. for a request from the contained agent n (its own socket; the
+//     daemon, not the agent, names it): replaced by
+//     agents.n.apps."a".trust_level, if set, then by
+//     agents.n.apps."a".capabilities.c.trust_level, if set;
+//  5. raised to sources.s.trust_level if that is stricter:
+//     max(level, source level). A source rule never loosens;
+//  6. raised to agents.n.trust_level if that is stricter. An agent's
+//     floor never loosens either.
+//
+// A request on the shared agent socket or from the user has no agent
+// name; step 4 and 6 do not apply to it.
 //
 // # Timeouts
 //
@@ -71,6 +90,8 @@
 //	policy.toml: apps."org.pcp.notes".capabilities.delete   a capability rule
 //	policy.toml: apps."org.pcp.notes"                       an app rule
 //	policy.toml: sources.SystemIntelligence                 a source floor that raised the level
+//	policy.toml: agents.claude.apps."org.pcp.notes"         an agent's app rule (and .capabilities.<c>)
+//	policy.toml: agents.claude                              an agent's floor that raised the level
 //	policy.toml: defaults                                   the [defaults] table
 //	manifest                                                the manifest's declaration
 //	manifest (clamped to 1h)                                a manifest timeout outside the bounds

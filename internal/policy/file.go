@@ -54,6 +54,7 @@ type fileDoc struct {
 	Defaults defaultsDoc          `toml:"defaults"`
 	Apps     map[string]appDoc    `toml:"apps"`
 	Sources  map[string]sourceDoc `toml:"sources"`
+	Agents   map[string]agentDoc  `toml:"agents"`
 }
 
 type defaultsDoc struct {
@@ -98,6 +99,7 @@ var (
 		"defaults": &defaultsKS,
 		"apps":     &schema{"*": &appKS},
 		"sources":  &schema{"*": &schema{"trust_level": leaf}},
+		"agents":   &schema{"*": &agentKS},
 	}
 )
 
@@ -164,6 +166,9 @@ func checkName(parent toml.Key, name string) error {
 	}
 	if len(parent) == 1 && parent[0] == "sources" && !api.InvocationSource(name).Valid() {
 		return fmt.Errorf("unknown invocation source %q; want %q", name, api.SourceSystemIntelligence)
+	}
+	if len(parent) == 1 && parent[0] == "agents" {
+		return api.CheckAgentName(name)
 	}
 	return nil
 }

@@ -50,6 +50,7 @@ type Policy struct {
 	defaults defaultsDoc
 	apps     map[string]appDoc
 	sources  map[string]sourceDoc
+	agents   map[string]agentDoc
 }
 
 // Valued is an effective value and where it came from (see the package
@@ -114,6 +115,7 @@ func Parse(name string, data []byte) (*Policy, error) {
 		defaults: doc.Defaults,
 		apps:     doc.Apps,
 		sources:  doc.Sources,
+		agents:   doc.Agents,
 	}, nil
 }
 

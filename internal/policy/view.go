@@ -29,8 +29,9 @@ type CapabilityView struct {
 // View is the effective policy as `pcpctl policy show` prints it.
 type View struct {
 	Path               string                `json:"path"`
-	Loaded             bool                  `json:"loaded"` // false: no file, built-in defaults
-	Source             string                `json:"source"` // the invocation source the rows are for
+	Loaded             bool                  `json:"loaded"`          // false: no file, built-in defaults
+	Source             string                `json:"source"`          // the invocation source the rows are for
+	Agent              string                `json:"agent,omitempty"` // the contained agent they are for, if any
 	Limits             Limits                `json:"limits"`
 	ConfirmationExpiry Valued[time.Duration] `json:"confirmation_expiry"`
 	Capabilities       []CapabilityView      `json:"capabilities"`
@@ -39,16 +40,22 @@ type View struct {
 // View computes the effective policy of caps invoked from source, one
 // row per element of caps in the same order, plus the global settings.
 func (p *Policy) View(caps []CapabilityInput, source string) View {
+	return p.ViewFor(caps, source, "")
+}
+
+// ViewFor is View for requests from the contained agent named agent.
+func (p *Policy) ViewFor(caps []CapabilityInput, source, agent string) View {
 	v := View{
 		Path:               p.path,
 		Loaded:             p.loaded,
 		Source:             source,
+		Agent:              agent,
 		Limits:             p.Limits(),
 		ConfirmationExpiry: p.ConfirmationExpiry(),
 		Capabilities:       make([]CapabilityView, 0, len(caps)),
 	}
 	for _, c := range caps {
-		d := p.Decide(c.AppID, c.Name, source, c.TrustLevel, c.TimeoutMS)
+		d := p.DecideFor(agent, c.AppID, c.Name, source, c.TrustLevel, c.TimeoutMS)
 		v.Capabilities = append(v.Capabilities, CapabilityView{
 			CapabilityID: c.CapabilityID,
 			AppID:        c.AppID,

@@ -228,6 +228,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 	if err := addTestService(b); err != nil {
 		t.Fatal(err)
 	}
+	b.SetAgentEndpoints(goldenAgents{})
 	return &goldenEnv{t: t, clk: clk, srv: NewServer(b, Options{MaxLine: maxLine, Token: "test-token"}), conns: map[string]*goldenConn{}}
 }
 
@@ -240,6 +241,9 @@ func (e *goldenEnv) conn(name string) *goldenConn {
 	switch {
 	case strings.HasPrefix(name, "user"):
 		info.Role = core.RoleUser
+	case strings.HasPrefix(name, "agent."):
+		// A session accepted on a contained agent's own socket.
+		info.Agent = strings.TrimPrefix(name, "agent.")
 	case strings.HasPrefix(name, "tcp"):
 		info = core.SessionInfo{Role: core.RoleAgent, Transport: "tcp", Remote: "127.0.0.1:50000", NeedsAuth: true, UID: -1, PID: -1}
 	}
@@ -253,6 +257,16 @@ func (e *goldenEnv) conn(name string) *goldenConn {
 	e.conns[name] = gc
 	return gc
 }
+
+// goldenAgents stands in for the daemon's agent sockets: the transcript
+// plays the agent's connections itself (connections named agent.NAME).
+type goldenAgents struct{}
+
+func (goldenAgents) OpenAgent(name string) (string, []string, []string, error) {
+	return "/run/user/1000/pcp/agents/" + name + "/pcp.sock", []string{"/home/u/.config/pcp", "/home/u/.local/state/pcp", "/run/user/1000/pcp"}, []string{"/usr/bin/pcpd"}, nil
+}
+
+func (goldenAgents) CloseAgent(string) int { return 1 }
 
 func (e *goldenEnv) close() {
 	for _, c := range e.conns {

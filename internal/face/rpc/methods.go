@@ -72,6 +72,8 @@ func noParams[R any](f func(b *core.Broker, ctx context.Context) (*R, error)) fu
 // sorted and complete against api.Methods). session.authenticate is not in
 // it: the connection's handler serves it before any other.
 var methods = withRoles([]method{
+	{name: api.MethodAgentsClose, call: typed((*core.Broker).CloseAgent)},
+	{name: api.MethodAgentsOpen, call: typed((*core.Broker).OpenAgent)},
 	{name: api.MethodAppsAllow, call: typed((*core.Broker).AllowApp)},
 	{name: api.MethodAppsList, call: noParams((*core.Broker).Apps)},
 	{name: api.MethodAppsSocket, call: typed((*core.Broker).AppSocket)},

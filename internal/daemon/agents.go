@@ -1,0 +1,185 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/unixsock"
+)
+
+// maxAgents bounds the agent sockets open at once.
+const maxAgents = 64
+
+// maxSocketPath is the longest path a Unix socket address holds.
+const maxSocketPath = 107
+
+// agentSockets are the contained agents' own sockets,
+// <agent socket dir>/agents/<name>/pcp.sock, each in a 0700 directory of
+// its own. A connection accepted on one is a session of role agent whose
+// SessionInfo.Agent is the name: the daemon, not the agent, says who it
+// is. The broker opens and closes them (core.AgentEndpoints).
+//
+// Goroutines: one accept loop per open socket, counted in wg; closing the
+// socket's listener ends it. Server.release waits for wg.
+type agentSockets struct {
+	s   *Server
+	dir string
+
+	// mu guards open and closed.
+	mu     sync.Mutex
+	open   map[string]*agentSocket
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type agentSocket struct {
+	path string
+	l    *net.UnixListener
+	// done is closed when the accept loop has ended.
+	done chan struct{}
+}
+
+func newAgentSockets(s *Server) *agentSockets {
+	return &agentSockets{s: s, dir: filepath.Join(filepath.Dir(s.cfg.Socket), "agents"), open: map[string]*agentSocket{}}
+}
+
+// OpenAgent opens name's socket and starts accepting on it.
+func (a *agentSockets) OpenAgent(name string) (string, []string, []string, error) {
+	path := filepath.Join(a.dir, name, "pcp.sock")
+	if len(path) > maxSocketPath {
+		return "", nil, nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "socket": path},
+			"the agent's socket path %s is longer than the %d bytes a Unix socket address holds; choose a shorter name", path, maxSocketPath)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return "", nil, nil, api.Errorf(api.CodeInternalError, nil, "the daemon is shutting down")
+	}
+	if _, ok := a.open[name]; ok {
+		return "", nil, nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "name": name, "open": true}, "agent %s is already running", name)
+	}
+	if len(a.open) >= maxAgents {
+		return "", nil, nil, api.Errorf(api.CodeRateLimited, map[string]any{"scope": "agents", "limit": maxAgents}, "at most %d agents may run at once", maxAgents)
+	}
+	if err := unixsock.SecureDir(a.dir); err != nil {
+		return "", nil, nil, err
+	}
+	l, err := unixsock.Listen(path)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("opening agent %s's socket: %w", name, err)
+	}
+	as := &agentSocket{path: path, l: l, done: make(chan struct{})}
+	a.open[name] = as
+	a.wg.Add(1)
+	go a.accept(name, as)
+	a.s.log.Info("agent socket opened", "agent", name, "socket", path)
+	return path, a.hide(), a.readOnly(), nil
+}
+
+// accept admits the connections of name's socket until it is closed.
+func (a *agentSockets) accept(name string, as *agentSocket) {
+	defer a.wg.Done()
+	defer close(as.done)
+	for {
+		c, err := as.l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of descriptors or the like: the shared listeners shed
+			// load; an agent's own socket only waits and tries again.
+			a.s.shed.logAcceptError(err)
+			t := time.NewTimer(acceptBackoffMax / 10)
+			select {
+			case <-a.s.quit:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		a.s.admit(c, core.RoleAgent, name)
+	}
+}
+
+// CloseAgent closes name's socket and the connections accepted on it.
+func (a *agentSockets) CloseAgent(name string) int {
+	a.mu.Lock()
+	as := a.open[name]
+	delete(a.open, name)
+	a.mu.Unlock()
+	if as == nil {
+		return 0
+	}
+	as.l.Close()
+	<-as.done
+	os.Remove(filepath.Dir(as.path))
+	n := a.s.closeAgentConns(name)
+	a.s.log.Info("agent socket closed", "agent", name, "connections", n)
+	return n
+}
+
+// closeAll closes every agent socket (not their connections, which the
+// server closes with the rest) and refuses new ones.
+func (a *agentSockets) closeAll() {
+	a.mu.Lock()
+	a.closed = true
+	open := a.open
+	a.open = map[string]*agentSocket{}
+	a.mu.Unlock()
+	for _, as := range open {
+		as.l.Close()
+		<-as.done
+		os.Remove(filepath.Dir(as.path))
+	}
+}
+
+// hide lists the directories that hold the daemon's own files, which an
+// agent's sandbox must hide: the socket directories (the control socket,
+// the per-app sockets, the token), the state, the trust directory and the
+// policy file's directory.
+func (a *agentSockets) hide() []string {
+	c := a.s.cfg
+	dirs := []string{filepath.Dir(c.Socket), filepath.Dir(c.ControlSocket), c.AppSocketDir, c.StateDir, c.TrustDir, filepath.Dir(c.PolicyFile)}
+	if c.TCPAddr != "" {
+		dirs = append(dirs, filepath.Dir(c.TokenFile))
+	}
+	slices.Sort(dirs)
+	return slices.Compact(dirs)
+}
+
+// readOnly lists the files an agent may run but must not replace:
+// pcpd's executable (the user starts it again later).
+func (a *agentSockets) readOnly() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	if exe, err = filepath.EvalSymlinks(exe); err != nil {
+		return nil
+	}
+	return []string{exe}
+}
+
+// closeAgentConns closes the connections accepted on agent name's socket
+// and returns how many there were.
+func (s *Server) closeAgentConns(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for t := range s.conns {
+		if t.agent == name {
+			t.c.Close()
+			n++
+		}
+	}
+	return n
+}
