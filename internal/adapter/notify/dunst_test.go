@@ -175,10 +175,11 @@ func TestDunstApproveDeny(t *testing.T) {
 		if d := w.decided(t); d != (decision{c.ConfirmationID, tc.approve}) {
 			t.Errorf("decided %+v, want %s approve=%v", d, c.ConfirmationID, tc.approve)
 		}
+		// The decision withdraws the confirmation: dunst keeps a
+		// notification answered from its menu until then.
 		w.n.Withdraw(c.ConfirmationID)
-		// dunst closes the notification whose action was invoked.
-		if _, err := w.watch.Next(within(t, 5*time.Second), "NotificationClosed"); err != nil {
-			t.Fatal(err)
+		if cl, err := w.watch.Next(within(t, 5*time.Second), "NotificationClosed"); err != nil || cl.ID != nc.ID {
+			t.Fatalf("NotificationClosed %+v, %v; want %d", cl, err, nc.ID)
 		}
 	}
 }

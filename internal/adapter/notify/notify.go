@@ -555,7 +555,8 @@ func (n *Notifier) actionInvoked(sender string, note uint32, key string) {
 		n.mu.Unlock()
 		return
 	}
-	// One answer per notification.
+	// One answer per notification; Withdraw, which the decision brings,
+	// closes it (dunst keeps a notification answered from its menu).
 	delete(n.byNote, note)
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(n.life, 10*time.Second)
