@@ -181,8 +181,9 @@ type NotifyCall struct {
 // a session bus, as dbus-monitor does, so a test sees what PCP shows
 // without going through PCP.
 type NotifyWatch struct {
-	c   *dbus.Conn
-	out chan NotifyCall
+	c    *dbus.Conn
+	msgs chan *dbus.Message
+	out  chan NotifyCall
 }
 
 // WatchNotifications becomes a monitor of the bus at addr for the
@@ -201,7 +202,7 @@ func WatchNotifications(addr string) (*NotifyWatch, error) {
 	}
 	msgs := make(chan *dbus.Message, 256)
 	c.Eavesdrop(msgs)
-	w := &NotifyWatch{c: c, out: make(chan NotifyCall, 256)}
+	w := &NotifyWatch{c: c, msgs: msgs, out: make(chan NotifyCall, 256)}
 	go w.run(msgs)
 	return w, nil
 }
@@ -274,4 +275,10 @@ func (w *NotifyWatch) Next(ctx context.Context, member string) (NotifyCall, erro
 }
 
 // Close stops watching.
-func (w *NotifyWatch) Close() { w.c.Close() }
+func (w *NotifyWatch) Close() {
+	// godbus's Close closes the eavesdropping channel while its reader
+	// may still send on it: take the channel back first, then close it.
+	w.c.Eavesdrop(nil)
+	w.c.Close()
+	close(w.msgs)
+}
