@@ -93,6 +93,8 @@ type Notifier struct {
 	// dropped counts signals dropped because the queue was full.
 	dropped atomic.Uint64
 
+	// dialMu serialises connecting; it is taken before mu.
+	dialMu sync.Mutex
 	// mu guards the fields below.
 	mu       sync.Mutex
 	queue    []op
@@ -324,6 +326,9 @@ func (n *Notifier) closeNote(ctx context.Context, conn *dbus.Conn, owner string,
 // connection returns the bus connection, connecting if need be, at most
 // once per redialInterval.
 func (n *Notifier) connection(ctx context.Context) (*dbus.Conn, error) {
+	// One dial at a time: Connect and the worker may both ask.
+	n.dialMu.Lock()
+	defer n.dialMu.Unlock()
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
