@@ -193,3 +193,72 @@ func TestNotificationConfirms(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentCannotActOnPrompt: once the notifier names the process that
+// shows PCP's notifications, an agent's invoke.action on that process's
+// windows is refused, through pcpd's agent socket. dunst is not on the
+// accessibility bus, so gtk3-widget-factory stands in for the server.
+func TestAgentCannotActOnPrompt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no headless desktop")
+	}
+	desk, err := testkit.StartDesktop(true)
+	if err != nil {
+		t.Fatalf("the test needs the headless desktop: %v", err)
+	}
+	t.Cleanup(desk.Stop)
+	if err := desk.WaitApps(30*time.Second, "gtk3-widget-factory"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckGoroutines(t)
+	r := serve(t, Config{Accessibility: true, AccessibilityBus: desk.Vars["AT_SPI_BUS_ADDRESS"]})
+	ctx := context.Background()
+	agent, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	const surface = "atspi.gtk3-widget-factory/1"
+	tree, err := agent.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: surface})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var find func(e api.Element) string
+	find = func(e api.Element) string {
+		if e.Role == "check box" && e.Label == "checkbutton" {
+			return e.ID
+		}
+		for _, c := range e.Children {
+			if id := find(c); id != "" {
+				return id
+			}
+		}
+		return ""
+	}
+	el := find(tree.Root)
+	if el == "" {
+		t.Fatal("no check box in gtk3-widget-factory's tree")
+	}
+	bus, _, _ := strings.Cut(el, "|")
+	a11y, err := dbus.Connect(desk.Vars["AT_SPI_BUS_ADDRESS"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a11y.Close()
+	var pid uint32
+	if err := a11y.BusObject().Call("org.freedesktop.DBus.GetConnectionUnixProcessID", 0, bus).Store(&pid); err != nil {
+		t.Fatal(err)
+	}
+
+	r.notificationServer(":1.99", int(pid)) // what the notifier says of its server
+	_, err = agent.InvokeAction(ctx, &api.InvokeActionParams{SurfaceID: surface, ElementID: el, Action: "activate"})
+	var pe *api.Error
+	if !errors.As(err, &pe) || pe.Code != api.CodePermissionDenied || pe.DataMap()["reason"] != "pcp_prompt" {
+		t.Fatalf("invoke.action on the notification server's window: %v, want PERMISSION_DENIED, reason pcp_prompt", err)
+	}
+	// The server gone, the window is an ordinary one again.
+	r.notificationServer("", 0)
+	if _, err := agent.InvokeAction(ctx, &api.InvokeActionParams{SurfaceID: surface, ElementID: el, Action: "read_text"}); err != nil && errors.As(err, &pe) && pe.DataMap()["reason"] == "pcp_prompt" {
+		t.Errorf("still refused once the server left: %v", err)
+	}
+}
