@@ -25,6 +25,7 @@ func main() {
 	fs.StringVar(&cfg.AppSocketDir, "app-socket-dir", "", "directory of the Tier 1 per-app sockets (default apps/ beside --socket)")
 	fs.BoolVar(&cfg.Accessibility, "atspi", true, "reach accessible applications through the AT-SPI2 adapter (Tier 2)")
 	fs.StringVar(&cfg.AccessibilityBus, "atspi-bus", "", "accessibility bus address (default $AT_SPI_BUS_ADDRESS, else asked of the session bus)")
+	fs.BoolVar(&cfg.Notifications, "notify", true, "show confirmations as desktop notifications with Approve and Deny (org.freedesktop.Notifications)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory holding pcp.db (default $XDG_STATE_HOME/pcp)")
 	fs.StringVar(&cfg.TrustDir, "trust-dir", "", "directory of trusted publisher keys, PEM PUBLIC KEY files (default $XDG_CONFIG_HOME/pcp/trusted-keys)")
 	fs.StringVar(&cfg.TCPAddr, "tcp", "", "also serve JSON-RPC on this loopback address, e.g. 127.0.0.1:7878 (token in --token-file)")

@@ -22,7 +22,8 @@
 // serialises event publication so sequence numbers reach every subscriber
 // in order. b.confMu guards confirmations, b.jobMu queued jobs, a
 // Session's mu its own fields. Lock order: b.mu before b.evMu, b.confMu
-// and Session.mu; b.jobMu and the limiters' lock are leaves; the audit gate is an
+// and Session.mu; b.prompter.mu (the prompter's calls, prompt.go) before
+// b.confMu; b.jobMu and the limiters' lock are leaves; the audit gate is an
 // atomic. Providers,
 // adapters, a connection's roles (Endpoint) and store calls that wait for
 // a commit are never called while holding any of them (Journal.AppendEvent,
@@ -199,6 +200,8 @@ type Broker struct {
 
 	// agents are the contained agents whose sockets are open (agents.go).
 	agents agentTable
+	// prompter shows pending confirmations to the user (prompt.go).
+	prompter promptSlot
 }
 
 // New loads persisted state and returns a running broker.

@@ -312,6 +312,7 @@ func (b *Broker) confirmationChanged(ctx context.Context, info api.Confirmation,
 	if ev != "" {
 		b.publish(ev, info.AppID, "", info)
 	}
+	b.promptChanged(ctx, info)
 	return err
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"sort"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
@@ -430,25 +432,45 @@ func describe(c *api.Capability, params json.RawMessage) string {
 	if json.Unmarshal(params, &m) != nil || len(m) == 0 {
 		return d
 	}
-	s := d + " ("
-	first := true
+	names := make([]string, 0, len(c.Parameters))
 	for _, pd := range c.Parameters {
-		v, ok := m[pd.Name]
+		names = append(names, pd.Name)
+	}
+	if len(c.Parameters) == 0 {
+		// A detected (Tier 2) capability declares none: the user sees
+		// every member the caller sent, the element and the value alike.
+		for k := range m {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+	}
+	s := d + " ("
+	n := 0
+	for _, name := range names {
+		v, ok := m[name]
 		if !ok {
 			continue
 		}
-		if !first {
+		if n == maxDescribedParams {
+			s += fmt.Sprintf(", and %d more", len(m)-n)
+			break
+		}
+		if n > 0 {
 			s += ", "
 		}
-		first = false
+		n++
 		vb, _ := json.Marshal(v)
 		if len(vb) > 80 {
 			vb = append(vb[:77:77], "..."...)
 		}
-		s += pd.Name + "=" + string(vb)
+		s += name + "=" + string(vb)
 	}
 	return s + ")"
 }
+
+// maxDescribedParams bounds the parameters a confirmation's description
+// lists.
+const maxDescribedParams = 16
 
 func firstByte(b []byte) byte {
 	for _, c := range b {

@@ -29,6 +29,13 @@ type Config struct {
 	// AccessibilityBus overrides the accessibility bus address (default
 	// $AT_SPI_BUS_ADDRESS, else asked of the session bus).
 	AccessibilityBus string
+	// Notifications shows each confirmation as a desktop notification
+	// (org.freedesktop.Notifications on the session bus) whose Approve
+	// and Deny are the user's answer (internal/adapter/notify).
+	// NotificationsBus overrides the session bus address (default
+	// $DBUS_SESSION_BUS_ADDRESS).
+	Notifications    bool
+	NotificationsBus string
 	// StateDir holds pcp.db and pcpd.lock, which one daemon at a time
 	// holds locked.
 	StateDir string

@@ -10,7 +10,9 @@
 //     connection ends it, and Close waits for it);
 //   - the policy-reload loop (Serve; ends on quit);
 //   - the accessibility connect attempt (Serve; its context is the
-//     server's, cancelled at Shutdown or Close).
+//     server's, cancelled at Shutdown or Close);
+//   - the desktop notifier's connect attempt, worker and signal reader
+//     (notify.go; Close ends them, in release).
 package daemon
 
 import (
@@ -29,6 +31,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/adapter/atspi"
+	"github.com/pcp-dev/pcp/internal/adapter/notify"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/deadline"
 	"github.com/pcp-dev/pcp/internal/face/appsock"
@@ -60,6 +63,9 @@ type Server struct {
 	shed   *shedder
 	// lineBudget bounds the long JSON-RPC lines of every connection.
 	lineBudget *deadline.Budget
+	// notifier shows confirmations as desktop notifications; nil
+	// without Notifications (notify.go).
+	notifier *notify.Notifier
 
 	// ctx scopes the server's own background work; cancel ends it.
 	ctx    context.Context
@@ -182,6 +188,7 @@ func New(cfg Config) (_ *Server, err error) {
 	s.b.SetAppSockets(s.apps)
 	s.agents = newAgentSockets(s)
 	s.b.SetAgentEndpoints(s.agents)
+	s.newNotifier()
 	return s, nil
 }
 
@@ -260,6 +267,7 @@ func (s *Server) Serve(ctx context.Context) error {
 // startBackground starts the accessibility connect attempt and the
 // policy-reload loop.
 func (s *Server) startBackground() {
+	s.startNotifier()
 	if s.ax != nil {
 		s.bg.Add(1)
 		go func() {
@@ -390,6 +398,7 @@ func (s *Server) release() {
 		if s.ax != nil {
 			s.ax.Close()
 		}
+		s.closeNotifier()
 		if s.b != nil {
 			s.b.Close()
 		}

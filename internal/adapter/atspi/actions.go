@@ -175,6 +175,9 @@ func (ap *app) fetchLive(ctx context.Context, p dbus.ObjectPath) (*liveNode, err
 // perform waits until the element is actionable and does the action.
 func (a *Adapter) perform(ctx context.Context, ap *app, p dbus.ObjectPath, action string, value json.RawMessage, timeout time.Duration) (map[string]any, error) {
 	id := ElementID(ap.bus, p)
+	if err := a.refuseProtected(ctx, ap); err != nil {
+		return nil, err
+	}
 	if action == ActionSetValue && valueKind(value) == "" {
 		return nil, api.InvalidParam("value", "set_value takes a string (text) or a number (a range's value)")
 	}

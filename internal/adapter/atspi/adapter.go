@@ -143,6 +143,11 @@ type Adapter struct {
 	// adapter's, from Config.Aliases and Alias. A leaf lock.
 	aliasMu sync.RWMutex
 	aliases map[string]string
+
+	// protMu guards protected: the processes that show PCP's own
+	// prompts, by who shows them (protect.go). A leaf lock.
+	protMu    sync.Mutex
+	protected map[string]int
 }
 
 // New returns an adapter. It connects on first use, or at Connect.
