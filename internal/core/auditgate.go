@@ -37,7 +37,7 @@ func (b *Broker) auditAvailable() error {
 // returns the refusal.
 func (b *Broker) auditUnavailable(err error) *api.Error {
 	e := api.Errorf(api.CodeInternalError, map[string]any{"audit": "unavailable", "reason": err.Error()},
-		"audit log unavailable: %v; pcpd refuses every action until it is restarted", err)
+		"%v; pcpd refuses every action until it is restarted", err)
 	if b.gate.failed.CompareAndSwap(nil, e) {
 		b.log.Error("audit log unavailable: refusing every action until restart", "err", err)
 		return e
