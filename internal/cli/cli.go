@@ -122,6 +122,7 @@ signs and verifies capability manifests.`,
 		e.auditCommand(),
 		e.manifestCommand(),
 		e.serveCommand(),
+		e.mcpCommand(),
 		e.versionCommand(),
 	)
 	return root

@@ -52,7 +52,7 @@ func (s *Server) acceptLoop(ln listener) {
 			continue
 		}
 		backoff = 0
-		s.admit(c, ln.role)
+		s.admit(c, ln)
 	}
 }
 
@@ -63,8 +63,8 @@ func fdExhausted(err error) bool {
 
 // admit checks an accepted connection's peer and the connection limits,
 // then serves it on its own goroutine, or refuses it.
-func (s *Server) admit(c net.Conn, role core.Role) {
-	info := core.SessionInfo{Role: role, UID: -1, PID: -1}
+func (s *Server) admit(c net.Conn, ln listener) {
+	info := core.SessionInfo{Role: ln.role, UID: -1, PID: -1}
 	uc, isUnix := c.(*net.UnixConn)
 	if isUnix {
 		info.Transport = "unix"
@@ -81,7 +81,7 @@ func (s *Server) admit(c net.Conn, role core.Role) {
 		info.Remote = c.RemoteAddr().String()
 		info.NeedsAuth = true
 	}
-	t := &tracked{c: c, uid: info.UID}
+	t := &tracked{c: c, uid: info.UID, mcp: ln.mcp}
 	if refusal := s.track(t, isUnix); refusal != nil {
 		refuse(c, refusal)
 		return

@@ -55,6 +55,7 @@ type Server struct {
 	apps   *appsock.Server
 	face   *rpc.Server
 	stream *stream.Server
+	mcp    *mcpServer
 	lns    []listener
 	shed   *shedder
 	// lineBudget bounds the long JSON-RPC lines of every connection.
@@ -86,11 +87,13 @@ type Server struct {
 type listener struct {
 	l    net.Listener
 	role core.Role
+	mcp  bool // mcp.sock: served by the MCP face
 }
 
 // tracked is one accepted connection.
 type tracked struct {
 	c    net.Conn
+	mcp  bool // accepted on mcp.sock
 	uid  int  // -1 for TCP
 	face bool // handed to a face (guarded by Server.mu)
 }
@@ -159,6 +162,9 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := s.listen(); err != nil {
 		return nil, err
 	}
+	if err := s.newMCP(); err != nil {
+		return nil, err
+	}
 	if s.shed, err = newShedder(s.log); err != nil {
 		return nil, err
 	}
@@ -204,18 +210,18 @@ func (s *Server) listen() error {
 	if err != nil {
 		return err
 	}
-	s.lns = append(s.lns, listener{agentL, core.RoleAgent})
+	s.lns = append(s.lns, listener{l: agentL, role: core.RoleAgent})
 	controlL, err := unixsock.Listen(s.cfg.ControlSocket)
 	if err != nil {
 		return err
 	}
-	s.lns = append(s.lns, listener{controlL, core.RoleUser})
+	s.lns = append(s.lns, listener{l: controlL, role: core.RoleUser})
 	if s.cfg.TCPAddr != "" {
 		tcpL, err := net.Listen("tcp", s.cfg.TCPAddr)
 		if err != nil {
 			return err
 		}
-		s.lns = append(s.lns, listener{tcpL, core.RoleAgent})
+		s.lns = append(s.lns, listener{l: tcpL, role: core.RoleAgent})
 	}
 	return nil
 }
@@ -240,6 +246,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go s.acceptLoop(ln)
 	}
 	s.startBackground()
+	s.serveMCPHTTP()
 	s.log.Info("pcpd ready", "socket", s.cfg.Socket, "app_sockets", s.cfg.AppSocketDir, "control", s.cfg.ControlSocket, "state", s.cfg.StateDir, "trust", s.cfg.TrustDir, "tcp", s.cfg.TCPAddr)
 	if s.cfg.Ready != nil {
 		s.cfg.Ready()
@@ -310,6 +317,7 @@ func (s *Server) stopAccepting() bool {
 		for _, ln := range s.lns {
 			ln.l.Close()
 		}
+		s.stopMCP()
 		close(s.quit) // after the listeners: quit means nothing is accepted
 		s.cancel()
 	})
@@ -383,6 +391,7 @@ func (s *Server) release() {
 		if s.ax != nil {
 			s.ax.Close()
 		}
+		s.stopMCP() // New failing halfway: never served
 		if s.b != nil {
 			s.b.Close()
 		}
@@ -433,6 +442,10 @@ func (s *Server) serveConn(t *tracked, info core.SessionInfo) {
 	defer s.connWG.Done()
 	defer s.untrack(t)
 	defer t.c.Close()
+	if t.mcp {
+		s.serveMCP(t, info)
+		return
+	}
 	var (
 		rwc    net.Conn = t.c
 		framed bool
