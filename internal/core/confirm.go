@@ -43,7 +43,7 @@ type confirmation struct {
 	digest  string
 	session *Session
 	expires time.Time
-	decided chan struct{} // closed when approved or denied
+	decided chan struct{} // closed when it leaves pending: approved, denied, expired or ended
 	stop    func() bool   // cancels the expiry timer
 	// waiters counts the requests waiting on the decision by id
 	// (confirmGate with wait_ms).
@@ -259,6 +259,7 @@ func (b *Broker) endLocked(cf *confirmation) bool {
 	if cf.info.State != api.ConfirmPending {
 		return false
 	}
+	close(cf.decided)
 	cf.info.State, cf.info.Reason = api.ConfirmExpired, endedReason
 	if cf.stop != nil {
 		cf.stop()
@@ -288,6 +289,9 @@ func (b *Broker) expire(id string) {
 // caller announces the change.
 func (b *Broker) expireLocked(cf *confirmation, now time.Time) bool {
 	if (cf.info.State == api.ConfirmPending || cf.info.State == api.ConfirmApproved) && !now.Before(cf.expires) {
+		if cf.info.State == api.ConfirmPending {
+			close(cf.decided) // wakes the requests waiting on it
+		}
 		cf.info.State = api.ConfirmExpired
 		return true
 	}

@@ -165,11 +165,11 @@ func (t *tool) validate(args json.RawMessage) error {
 		field = strings.Join(ve.InstanceLocation, ".")
 	}
 	msg := ve.ErrorKind.LocalizedString(printer)
-	return api.InvalidParam(field, "%s: %s", t.name, msg)
+	return api.InvalidParam(field, "%s", msg)
 }
 
 // printer words the schema checker's messages.
-var printer = message.NewPrinter(language.English)
+var printer = message.NewPrinter(language.Und)
 
 // compileSchema compiles a schema of the table (a bad one is a
 // programming error).
