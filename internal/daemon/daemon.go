@@ -117,6 +117,9 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if err := cfg.MCP.check(); err != nil {
+		return nil, err
+	}
 	if cfg.runtimeFallback != "" {
 		if err := unixsock.SecureDir(cfg.runtimeFallback); err != nil {
 			return nil, err

@@ -41,6 +41,18 @@ func (c *Config) mcpDefaults() {
 	}
 }
 
+// check refuses an HTTP address that is not loopback, before anything
+// is opened.
+func (c MCPConfig) check() error {
+	if c.HTTPAddr == "" {
+		return nil
+	}
+	if err := loopbackOnly(c.HTTPAddr); err != nil {
+		return fmt.Errorf("--mcp-http: %w", err)
+	}
+	return nil
+}
+
 // mcpServer is the daemon's part of the MCP face: the face, and the HTTP
 // server when HTTPAddr is set.
 type mcpServer struct {
@@ -64,9 +76,6 @@ func (s *Server) newMCP() error {
 	s.lns = append(s.lns, listener{l: l, role: core.RoleAgent, mcp: true})
 	if cfg.HTTPAddr == "" {
 		return nil
-	}
-	if err := loopbackOnly(cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("--mcp-http: %w", err)
 	}
 	token, err := writeTokenFile(cfg.TokenFile)
 	if err != nil {

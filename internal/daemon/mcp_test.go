@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -198,4 +201,102 @@ func awaitConfirmation(t *testing.T, user *client.Client) string {
 		t.Fatal("no confirmation.requested within 10s")
 	}
 	return ""
+}
+
+// TestMCPBadInput: a 100 MB request line and malformed messages on
+// mcp.sock get clear errors, the connection stays in sync, and another
+// MCP client is served meanwhile.
+func TestMCPBadInput(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	s := serve(t, Config{})
+	ctx := context.Background()
+	other, err := client.DialMCP(ctx, s.cfg.MCP.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "other", Version: "1"}, nil).Connect(ctx, &sdk.IOTransport{Reader: other, Writer: other}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	c, err := client.DialMCP(ctx, s.cfg.MCP.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	sent := make(chan error, 1)
+	go func() {
+		head := []byte(`{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"pcp_search","arguments":{"query":"`)
+		chunk := bytes.Repeat([]byte("x"), 1<<20)
+		_, err := c.Write(head)
+		for i := 0; i < 100 && err == nil; i++ {
+			_, err = c.Write(chunk)
+		}
+		if err == nil {
+			_, err = c.Write([]byte("\"}}}\n{oops\n" + `{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\n"))
+		}
+		sent <- err
+	}()
+	// While the big line streams in, the other client is served.
+	res := callTool(t, cs, "pcp_invoke", map[string]any{"capability_id": "pcp.inspection.ping"}, false)
+	if !strings.Contains(res, `"pong":true`) {
+		t.Errorf("other client's ping: %s", res)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for _, want := range []string{
+		`{"jsonrpc":"2.0","id":"big","error":{"code":-32600,"message":"line of 104857706 bytes exceeds the limit of 1048576 bytes","data":{"limit":1048576,"size":104857706}}}`,
+		`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: the line is not JSON"}}`,
+		`{"jsonrpc":"2.0","id":2,"result":{}}`,
+	} {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading: %v (want %s)", err, want)
+		}
+		if got := strings.TrimSuffix(line, "\n"); got != want {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.b.Health(ctx); err != nil || h.Status != api.HealthOK {
+		t.Errorf("health after the bad input: %+v, %v", h, err)
+	}
+}
+
+// TestMCPLimits: mcp.sock connections count against the daemon's
+// connection limits, and the HTTP endpoint listens on loopback only.
+func TestMCPLimits(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	s := serve(t, Config{Limits: Limits{ConnectionsPerUID: 1}})
+	ctx := context.Background()
+	first, err := client.DialMCP(ctx, s.cfg.MCP.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	first.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n"))
+	r := bufio.NewReader(first)
+	first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || !strings.Contains(line, `"result":{}`) {
+		t.Fatalf("first MCP connection: %q, %v", line, err)
+	}
+	second, err := client.DialMCP(ctx, s.cfg.MCP.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if got := waitEOF(t, second, 10*time.Second); !strings.Contains(got, `"scope":"connections_per_uid"`) {
+		t.Errorf("second MCP connection over the per-uid limit: got %q, want a RATE_LIMITED refusal", got)
+	}
+
+	cfg := Config{StateDir: t.TempDir(), Socket: filepath.Join(t.TempDir(), "pcp.sock"), MCP: MCPConfig{HTTPAddr: "0.0.0.0:0"}}
+	if srv, err := New(cfg); err == nil || !strings.Contains(err.Error(), "not loopback") {
+		if srv != nil {
+			srv.Close()
+		}
+		t.Errorf("--mcp-http on 0.0.0.0: %v, want a refusal", err)
+	}
 }

@@ -45,13 +45,19 @@ type lineConn struct {
 
 	wmu sync.Mutex
 
+	// pmu guards pending, the requests read and not yet answered, and
+	// answered, which is signalled when one is.
+	pmu      sync.Mutex
+	pending  int
+	answered chan struct{}
+
 	closeOnce sync.Once
 	// done is closed when the connection closes.
 	done chan struct{}
 }
 
 func newLineConn(c net.Conn, o *Options) *lineConn {
-	lc := &lineConn{c: c, msgTimeout: o.MessageTimeout, writeTimeout: o.WriteTimeout, onProtocol: o.onProtocol, done: make(chan struct{})}
+	lc := &lineConn{c: c, msgTimeout: o.MessageTimeout, writeTimeout: o.WriteTimeout, onProtocol: o.onProtocol, done: make(chan struct{}), answered: make(chan struct{}, 1)}
 	var src io.Reader = c
 	if o.MessageTimeout > 0 {
 		lc.dl = deadline.NewReader(c, c, 0, o.MessageTimeout)
@@ -90,6 +96,11 @@ func (l *lineConn) Read(ctx context.Context) (sdkrpc.Message, error) {
 				Message: fmt.Sprintf("a line must arrive whole within %v of its first byte; closing", l.msgTimeout),
 				Data:    map[string]any{"timeout_ms": l.msgTimeout.Milliseconds()}})
 			return nil, err
+		case errors.Is(err, io.EOF):
+			// The peer has sent all it will (pcpctl mcp at the end of its
+			// input): answer what it asked before ending the session.
+			l.awaitAnswers()
+			return nil, io.EOF
 		case err != nil:
 			if errors.Is(err, net.ErrClosed) {
 				err = io.EOF
@@ -100,6 +111,11 @@ func (l *lineConn) Read(ctx context.Context) (sdkrpc.Message, error) {
 		if perr != nil {
 			l.refuse(nil, perr)
 			continue
+		}
+		if req, ok := msg.(*sdkrpc.Request); ok && req.ID.IsValid() {
+			l.pmu.Lock()
+			l.pending++
+			l.pmu.Unlock()
 		}
 		if msg != nil {
 			return msg, nil
@@ -147,7 +163,35 @@ func (l *lineConn) Write(ctx context.Context, msg sdkrpc.Message) error {
 	if err != nil {
 		return fmt.Errorf("mcp: encoding a message: %w", err)
 	}
-	return l.writeLine(append(data, '\n'))
+	err = l.writeLine(append(data, '\n'))
+	if _, ok := msg.(*sdkrpc.Response); ok {
+		l.pmu.Lock()
+		l.pending--
+		l.pmu.Unlock()
+		select {
+		case l.answered <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// awaitAnswers waits until every request read has been answered, or the
+// connection closes.
+func (l *lineConn) awaitAnswers() {
+	for {
+		l.pmu.Lock()
+		n := l.pending
+		l.pmu.Unlock()
+		if n <= 0 {
+			return
+		}
+		select {
+		case <-l.answered:
+		case <-l.done:
+			return
+		}
+	}
 }
 
 func (l *lineConn) writeLine(b []byte) error {

@@ -80,9 +80,10 @@ type Server struct {
 	opts Options
 	srv  *sdk.Server
 
-	// mu guards byHTTP, closed, httpServed and httpInfo.
+	// mu guards byHTTP, streams, closed, httpServed and httpInfo.
 	mu         sync.Mutex
 	byHTTP     map[*sdk.ServerSession]*caller
+	streams    map[*sdk.ServerSession]bool // the sessions of ServeConn
 	closed     bool
 	httpServed bool
 	httpInfo   core.SessionInfo
@@ -112,7 +113,7 @@ func New(b *core.Broker, opts Options) *Server {
 	}
 	log := opts.Logger
 	opts.onProtocol = func(e *api.Error) { log.Debug("mcp protocol error", "code", e.Code.Name(), "message", e.Message) }
-	s := &Server{b: b, opts: opts, byHTTP: map[*sdk.ServerSession]*caller{}}
+	s := &Server{b: b, opts: opts, byHTTP: map[*sdk.ServerSession]*caller{}, streams: map[*sdk.ServerSession]bool{}}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "pcp", Title: "PCP", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions: instructions,
 		Logger:       opts.Logger,
@@ -169,6 +170,14 @@ func (s *Server) ServeConn(c net.Conn, info core.SessionInfo) error {
 		lc.Close()
 		return err
 	}
+	s.mu.Lock()
+	s.streams[ss] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.streams, ss)
+		s.mu.Unlock()
+	}()
 	go func() {
 		<-lc.done
 		cl.cancel()
@@ -204,14 +213,16 @@ func (s *Server) callerOf(ctx context.Context, ss *sdk.ServerSession) *caller {
 	return cl
 }
 
-// Close ends the HTTP sessions' callers and waits for their goroutines.
-// Stream connections end when the daemon closes them.
+// Close ends the HTTP sessions (and their callers) and waits for their
+// goroutines. Stream connections end when the daemon closes them.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	var open []*sdk.ServerSession
-	for ss := range s.byHTTP {
-		open = append(open, ss)
+	for ss := range s.srv.Sessions() {
+		if !s.streams[ss] {
+			open = append(open, ss)
+		}
 	}
 	s.mu.Unlock()
 	for _, ss := range open {
