@@ -9,6 +9,8 @@
 //   - one goroutine per accepted connection (serveConn; closing the
 //     connection ends it, and Close waits for it);
 //   - the policy-reload loop (Serve; ends on quit);
+//   - the MCP HTTP server, with --mcp-http (Serve; stopAccepting closes
+//     it, and the MCP face's HTTP sessions with it: mcp.go);
 //   - the accessibility connect attempt (Serve; its context is the
 //     server's, cancelled at Shutdown or Close).
 package daemon
