@@ -33,6 +33,7 @@ func main() {
 	fs.StringVar(&cfg.MCP.HTTPAddr, "mcp-http", "", "also serve MCP over streamable HTTP on this loopback address, e.g. 127.0.0.1:7879 (token in --mcp-token-file)")
 	fs.StringVar(&cfg.MCP.TokenFile, "mcp-token-file", "", "where to write the MCP HTTP bearer token (default mcp.token beside --socket)")
 	fs.DurationVar(&cfg.MCP.ConfirmWait, "mcp-confirm-wait", 0, "how long an MCP tool call waits for the user to decide a confirmation (default 2m)")
+	fs.BoolVar(&cfg.MCP.ExposeCapabilities, "expose-capabilities", false, "add one MCP tool per registered capability, kept in step as apps register or are revoked")
 	fs.BoolVar(&cfg.AllowUnsigned, "allow-unsigned", false, "accept manifests with an empty signature (development only; reported by health.check)")
 	fs.IntVar(&cfg.MaxLine, "max-line", 1<<20, "largest accepted JSON-RPC line in bytes")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")

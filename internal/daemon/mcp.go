@@ -30,6 +30,8 @@ type MCPConfig struct {
 	// ConfirmWait bounds how long a tool call waits for the user's
 	// decision (default mcp.DefaultConfirmWait).
 	ConfirmWait time.Duration
+	// ExposeCapabilities adds one MCP tool per registered capability.
+	ExposeCapabilities bool
 }
 
 func (c *Config) mcpDefaults() {
@@ -67,7 +69,7 @@ func (s *Server) newMCP() error {
 	cfg := s.cfg.MCP
 	lim := s.cfg.Limits
 	face := mcp.New(s.b, mcp.Options{ConfirmWait: cfg.ConfirmWait, MaxLine: s.cfg.MaxLine, MessageTimeout: off(lim.Message),
-		LineBudget: s.lineBudget, Logger: s.log})
+		LineBudget: s.lineBudget, Logger: s.log, ExposeCapabilities: cfg.ExposeCapabilities})
 	s.mcp = &mcpServer{face: face}
 	l, err := unixsock.Listen(cfg.Socket)
 	if err != nil {

@@ -21,8 +21,8 @@
 //
 // Goroutines: ServeConn runs the SDK's session for its connection and
 // returns when it ends; each HTTP session has one goroutine that closes
-// its core session when the SDK ends it (owned by Server, ended by
-// Close).
+// its core session when the SDK ends it, and the exposer's subscription
+// has its pump in the core (both owned by Server, ended by Close).
 package mcp
 
 import (
@@ -59,6 +59,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// LineBudget bounds the memory of long lines across connections.
 	LineBudget *deadline.Budget
+	// ExposeCapabilities adds one tool per registered capability, kept in
+	// step with the registry (expose.go).
+	ExposeCapabilities bool
 	// Version is the server version announced at initialize.
 	Version string
 	Logger  *slog.Logger
@@ -87,6 +90,8 @@ type Server struct {
 	closed     bool
 	httpServed bool
 	httpInfo   core.SessionInfo
+	// exposer keeps the capability tools; nil without ExposeCapabilities.
+	exposer *exposer
 	// httpWG counts the goroutines that end the HTTP sessions' callers.
 	httpWG sync.WaitGroup
 }
@@ -121,6 +126,11 @@ func New(b *core.Broker, opts Options) *Server {
 	})
 	for _, t := range tools {
 		s.srv.AddTool(t.tool(), s.handler(t))
+	}
+	if opts.ExposeCapabilities {
+		if err := s.startExposer(); err != nil {
+			log.Error("cannot expose the capabilities as tools", "err", err)
+		}
 	}
 	return s
 }
@@ -227,6 +237,9 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	for _, ss := range open {
 		ss.Close()
+	}
+	if s.exposer != nil {
+		s.exposer.close()
 	}
 	s.httpWG.Wait()
 	return nil

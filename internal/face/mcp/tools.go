@@ -144,6 +144,9 @@ func (s *Server) handler(t *tool) sdk.ToolHandler {
 // validate checks args against the tool's input schema; a failure is
 // INVALID_PARAMS naming the first field at fault.
 func (t *tool) validate(args json.RawMessage) error {
+	if t.schema == "" {
+		return nil
+	}
 	t.compileOnce.Do(func() { t.compiled = compileSchema(t.name, t.schema) })
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	if err != nil {
