@@ -69,7 +69,7 @@ func (s *Server) newMCP() error {
 	cfg := s.cfg.MCP
 	lim := s.cfg.Limits
 	face := mcp.New(s.b, mcp.Options{ConfirmWait: cfg.ConfirmWait, MaxLine: s.cfg.MaxLine, MessageTimeout: off(lim.Message),
-		LineBudget: s.lineBudget, Logger: s.log, ExposeCapabilities: cfg.ExposeCapabilities})
+		HTTPSessionTimeout: off(lim.Idle), LineBudget: s.lineBudget, Logger: s.log, ExposeCapabilities: cfg.ExposeCapabilities})
 	s.mcp = &mcpServer{face: face}
 	l, err := unixsock.Listen(cfg.Socket)
 	if err != nil {

@@ -45,6 +45,7 @@ func (s *Server) HTTPHandler(addr, token string, info core.SessionInfo) http.Han
 	inner := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, &sdk.StreamableHTTPOptions{
 		Logger:              s.opts.Logger,
 		MaxRequestBodyBytes: int64(s.opts.MaxLine),
+		SessionTimeout:      s.opts.HTTPSessionTimeout,
 	})
 	g := &httpGate{next: inner, port: port, token: token, failures: rate.NewLimiter(authFailuresPerSecond, authFailureBurst)}
 	return g

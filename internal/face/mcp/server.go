@@ -57,6 +57,9 @@ type Options struct {
 	// WriteTimeout closes a stream connection whose peer has not taken a
 	// message within it; 0 means DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// HTTPSessionTimeout ends an HTTP MCP session that has sent no
+	// request this long (its core session with it); 0 means never.
+	HTTPSessionTimeout time.Duration
 	// LineBudget bounds the memory of long lines across connections.
 	LineBudget *deadline.Budget
 	// ExposeCapabilities adds one tool per registered capability, kept in
@@ -121,7 +124,9 @@ func New(b *core.Broker, opts Options) *Server {
 	s := &Server{b: b, opts: opts, byHTTP: map[*sdk.ServerSession]*caller{}, streams: map[*sdk.ServerSession]bool{}}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "pcp", Title: "PCP", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions: instructions,
-		Logger:       opts.Logger,
+		// The SDK logs every session's start and end at Info; the
+		// daemon's log keeps its warnings and errors only.
+		Logger:       slog.New(minLevel{opts.Logger.Handler(), slog.LevelWarn}),
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 	})
 	for _, t := range tools {
@@ -134,6 +139,22 @@ func New(b *core.Broker, opts Options) *Server {
 	}
 	return s
 }
+
+// minLevel passes on the records of its handler at level or above.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.level && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.level}
+}
+
+func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.level} }
 
 // instructions tell the agent how the tools fit together.
 const instructions = `PCP reaches the user's desktop apps. Find capabilities with pcp_search, read one's parameters with pcp_describe, run it with pcp_invoke. Apps without capabilities (Tier 2) are reached through their accessibility tree: pcp_context and pcp_search list their windows (surfaces), pcp_elements reads a window's elements, pcp_act acts on one. Some actions need the user's approval: the call then waits until the user decides on their own screen; nothing you send can approve it.`
