@@ -40,12 +40,25 @@ func (s *sink) forget(id string) {
 	s.mu.Unlock()
 }
 
+// maxSlots bounds the slots of one caller: a slot made by an event that
+// came after its waiter left is never read.
+const maxSlots = 64
+
 // Event implements core.EventSink. An event that arrives before its
 // waiter has looked is kept in the slot.
 func (s *sink) Event(subID string, ev *api.Event) error {
-	select {
-	case s.slot(subID) <- ev:
-	default:
+	s.mu.Lock()
+	ch := s.slots[subID]
+	if ch == nil && len(s.slots) < maxSlots {
+		ch = make(chan *api.Event, 1)
+		s.slots[subID] = ch
+	}
+	s.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- ev:
+		default:
+		}
 	}
 	return nil
 }
