@@ -29,7 +29,7 @@ func main() {
 	fs.StringVar(&cfg.TrustDir, "trust-dir", "", "directory of trusted publisher keys, PEM PUBLIC KEY files (default $XDG_CONFIG_HOME/pcp/trusted-keys)")
 	fs.StringVar(&cfg.TCPAddr, "tcp", "", "also serve JSON-RPC on this loopback address, e.g. 127.0.0.1:7878 (token in --token-file)")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "where to write the TCP bearer token (default tcp.token beside --socket)")
-	fs.StringVar(&cfg.MCP.Socket, "mcp-socket", "", "MCP socket path, stdio framing, what `pcpctl mcp` relays to (default mcp.sock beside --socket)")
+	fs.StringVar(&cfg.MCP.Socket, "mcp-socket", "", "MCP socket path: stdio framing, what pcpctl mcp relays to (default mcp.sock beside --socket)")
 	fs.StringVar(&cfg.MCP.HTTPAddr, "mcp-http", "", "also serve MCP over streamable HTTP on this loopback address, e.g. 127.0.0.1:7879 (token in --mcp-token-file)")
 	fs.StringVar(&cfg.MCP.TokenFile, "mcp-token-file", "", "where to write the MCP HTTP bearer token (default mcp.token beside --socket)")
 	fs.DurationVar(&cfg.MCP.ConfirmWait, "mcp-confirm-wait", 0, "how long an MCP tool call waits for the user to decide a confirmation (default 2m)")
