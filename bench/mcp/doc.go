@@ -5,7 +5,9 @@
 // pcpd, and a raw line echo as the floor both are measured against. Every
 // server runs in a child process; the package has only benchmarks.
 //
-// It is a module of its own so that the SDK stays out of PCP's go.mod.
+// It is a module of its own, which it was to keep the SDK out of PCP's
+// go.mod; pcpd's MCP face (internal/face/mcp) now uses the SDK, and its
+// benchmarks there compare that face with a bare SDK server.
 // Run it with scripts/bench, or:
 //
 //	go test -run '^$' -bench . ./mcp

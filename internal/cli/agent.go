@@ -238,14 +238,15 @@ func (e *env) agentRun(ctx context.Context, o runOptions) error {
 	return err
 }
 
-// agentEnv is the agent's environment: PCP_SOCKET names its own socket,
+// agentEnv is the agent's environment: PCP_SOCKET names its own socket
+// (its MCP socket, for `pcpctl mcp`, is mcp.sock beside it),
 // PCP_AGENT its name, and what would point it at the user's display,
 // buses or control socket is gone (the sockets are hidden anyway).
 func agentEnv(environ []string, socket, name string) []string {
 	drop := map[string]bool{
 		"DISPLAY": true, "WAYLAND_DISPLAY": true, "WAYLAND_SOCKET": true, "XAUTHORITY": true,
 		"DBUS_SESSION_BUS_ADDRESS": true, "AT_SPI_BUS_ADDRESS": true,
-		"PCP_SOCKET": true, "PCP_CONTROL_SOCKET": true, "PCP_AGENT": true,
+		"PCP_SOCKET": true, "PCP_CONTROL_SOCKET": true, "PCP_MCP_SOCKET": true, "PCP_AGENT": true,
 	}
 	out := make([]string, 0, len(environ)+2)
 	for _, kv := range environ {
@@ -382,7 +383,9 @@ func (p sandboxPlan) args() []string {
 			a = append(a, "--ro-bind", "/dev/null", f)
 		}
 	}
-	a = append(a, "--bind", p.endpoint, p.endpoint, "--ro-bind", p.exe, p.exe)
+	// The agent's own directory: its socket, and mcp.sock beside it.
+	ep := filepath.Dir(p.endpoint)
+	a = append(a, "--bind", ep, ep, "--ro-bind", p.exe, p.exe)
 	for _, f := range p.readOnly {
 		if filepath.IsAbs(f) && f != p.exe && !under(f) {
 			if _, err := os.Stat(f); err == nil {

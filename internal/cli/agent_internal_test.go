@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func TestSandboxPlanArgs(t *testing.T) {
 		"--new-session",
 		"--perms 0700 --tmpfs " + run + " ",
 		"--perms 0700 --tmpfs " + state + " ",
-		"--bind " + p.endpoint + " " + p.endpoint,
+		"--bind " + filepath.Dir(p.endpoint) + " " + filepath.Dir(p.endpoint),
 		"--ro-bind /usr/bin/pcpctl /usr/bin/pcpctl",
 		"--remount-ro " + state,
 		"-- /usr/bin/pcpctl agent _enter --status-fd 3 -- agent -x",

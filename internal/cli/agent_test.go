@@ -245,7 +245,7 @@ func TestAgentSandbox(t *testing.T) {
 		t.Fatalf("probe output: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 
-	allowed := []string{"own_socket_health", "own_socket_ping", "own_socket_confirmation_requested", "network_tcp"}
+	allowed := []string{"own_socket_health", "own_socket_ping", "own_socket_confirmation_requested", "own_mcp_via_pcpctl", "network_tcp"}
 	forbidden := []string{
 		"admin_invoke", "approve_on_own_socket", "control_socket", "shared_agent_socket",
 		"pcpctl_confirm_approve", "pcpctl_confirm_approve_default_socket", "pcpctl_serve_submit",

@@ -123,6 +123,7 @@ signs and verifies capability manifests.`,
 		e.manifestCommand(),
 		e.serveCommand(),
 		e.agentCommand(),
+		e.mcpCommand(),
 		e.versionCommand(),
 	)
 	return root

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
@@ -43,8 +44,13 @@ type confirmation struct {
 	digest  string
 	session *Session
 	expires time.Time
-	decided chan struct{} // closed when approved or denied
-	stop    func() bool   // cancels the expiry timer
+	// decided is closed (wake) once the confirmation has left pending
+	// (approved, denied, expired) and the change is announced, so a
+	// request waiting on it answers after the audit entry and event of
+	// the decision.
+	decided  chan struct{}
+	wakeOnce sync.Once
+	stop     func() bool // cancels the expiry timer
 	// waiters counts the requests waiting on the decision by id
 	// (confirmGate with wait_ms).
 	waiters int
@@ -93,6 +99,7 @@ func (b *Broker) confirmGate(ctx context.Context, p *api.InvokeCapabilityParams,
 				info := cf.info
 				b.confMu.Unlock()
 				b.confirmationChanged(ctx, info, "")
+				cf.wake()
 				b.confMu.Lock()
 			}
 			info := cf.info
@@ -284,8 +291,12 @@ func (b *Broker) expire(id string) {
 	b.confMu.Unlock()
 	if changed {
 		b.confirmationChanged(context.Background(), info, "")
+		cf.wake()
 	}
 }
+
+// wake lets the requests waiting on the confirmation go, once.
+func (cf *confirmation) wake() { cf.wakeOnce.Do(func() { close(cf.decided) }) }
 
 // expireLocked moves a pending or approved confirmation past its expiry
 // to expired, reporting whether it did. b.confMu must be held; the
@@ -345,18 +356,21 @@ func (b *Broker) Confirmations(ctx context.Context) (*api.ConfirmListResult, err
 func (b *Broker) sweepConfirmations() {
 	now := b.now()
 	var changed []api.Confirmation
+	var woken []*confirmation
 	b.confMu.Lock()
 	for id, cf := range b.confs {
 		if b.expireLocked(cf, now) {
 			changed = append(changed, cf.info)
+			woken = append(woken, cf)
 		}
 		if cf.info.State != api.ConfirmPending && now.Sub(cf.expires) > b.confirmationTTL() {
 			delete(b.confs, id)
 		}
 	}
 	b.confMu.Unlock()
-	for _, info := range changed {
+	for i, info := range changed {
 		b.confirmationChanged(context.Background(), info, "")
+		woken[i].wake()
 	}
 }
 
@@ -416,10 +430,11 @@ func (b *Broker) decide(ctx context.Context, p *api.ConfirmDecisionParams, state
 			"confirmation_id: %s is already %s", info.ConfirmationID, info.State)
 	}
 	cf.info.State, cf.info.Reason = state, p.Reason
-	close(cf.decided)
 	info := cf.info
 	b.confMu.Unlock()
-	if err := b.confirmationChanged(ctx, info, SessionFrom(ctx).Actor()); err != nil {
+	err := b.confirmationChanged(ctx, info, SessionFrom(ctx).Actor())
+	cf.wake()
+	if err != nil {
 		return nil, err
 	}
 	return &api.ConfirmDecisionResult{Confirmation: info}, nil

@@ -22,10 +22,12 @@ const maxAgents = 64
 const maxSocketPath = 107
 
 // agentSockets are the contained agents' own sockets,
-// <agent socket dir>/agents/<name>/pcp.sock, each in a 0700 directory of
-// its own. A connection accepted on one is a session of role agent whose
-// SessionInfo.Agent is the name: the daemon, not the agent, says who it
-// is. The broker opens and closes them (core.AgentEndpoints).
+// <agent socket dir>/agents/<name>/pcp.sock (JSON-RPC and the framed
+// stream) and mcp.sock beside it (the MCP face, which `pcpctl mcp` inside
+// the sandbox finds beside $PCP_SOCKET), in a 0700 directory of the
+// agent's own. A connection accepted on either is a session of role agent
+// whose SessionInfo.Agent is the name: the daemon, not the agent, says who
+// it is. The broker opens and closes them (core.AgentEndpoints).
 //
 // Goroutines: one accept loop per open socket, counted in wg; closing the
 // socket's listener ends it. Server.release waits for wg.
@@ -43,7 +45,8 @@ type agentSockets struct {
 type agentSocket struct {
 	path string
 	l    *net.UnixListener
-	// done is closed when the accept loop has ended.
+	mcp  *net.UnixListener // mcp.sock beside path
+	// done is closed when both accept loops have ended.
 	done chan struct{}
 }
 
@@ -76,20 +79,31 @@ func (a *agentSockets) OpenAgent(name string) (string, []string, []string, error
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("opening agent %s's socket: %w", name, err)
 	}
-	as := &agentSocket{path: path, l: l, done: make(chan struct{})}
+	ml, err := unixsock.Listen(filepath.Join(filepath.Dir(path), "mcp.sock"))
+	if err != nil {
+		l.Close()
+		return "", nil, nil, fmt.Errorf("opening agent %s's MCP socket: %w", name, err)
+	}
+	as := &agentSocket{path: path, l: l, mcp: ml, done: make(chan struct{})}
 	a.open[name] = as
 	a.wg.Add(1)
-	go a.accept(name, as)
+	go func() {
+		defer a.wg.Done()
+		defer close(as.done)
+		var both sync.WaitGroup
+		both.Go(func() { a.accept(name, as.l, listener{role: core.RoleAgent}) })
+		both.Go(func() { a.accept(name, as.mcp, listener{role: core.RoleAgent, mcp: true}) })
+		both.Wait()
+	}()
 	a.s.log.Info("agent socket opened", "agent", name, "socket", path)
 	return path, a.hide(), a.readOnly(), nil
 }
 
-// accept admits the connections of name's socket until it is closed.
-func (a *agentSockets) accept(name string, as *agentSocket) {
-	defer a.wg.Done()
-	defer close(as.done)
+// accept admits the connections of one of name's sockets until it is
+// closed.
+func (a *agentSockets) accept(name string, l *net.UnixListener, ln listener) {
 	for {
-		c, err := as.l.Accept()
+		c, err := l.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -106,7 +120,7 @@ func (a *agentSockets) accept(name string, as *agentSocket) {
 			}
 			continue
 		}
-		a.s.admit(c, core.RoleAgent, name)
+		a.s.admit(c, ln, name)
 	}
 }
 
@@ -119,9 +133,7 @@ func (a *agentSockets) CloseAgent(name string) int {
 	if as == nil {
 		return 0
 	}
-	as.l.Close()
-	<-as.done
-	os.Remove(filepath.Dir(as.path))
+	as.close()
 	n := a.s.closeAgentConns(name)
 	a.s.log.Info("agent socket closed", "agent", name, "connections", n)
 	return n
@@ -136,10 +148,17 @@ func (a *agentSockets) closeAll() {
 	a.open = map[string]*agentSocket{}
 	a.mu.Unlock()
 	for _, as := range open {
-		as.l.Close()
-		<-as.done
-		os.Remove(filepath.Dir(as.path))
+		as.close()
 	}
+}
+
+// close closes both listeners, waits for their accept loops and removes
+// the agent's directory.
+func (as *agentSocket) close() {
+	as.l.Close()
+	as.mcp.Close()
+	<-as.done
+	os.Remove(filepath.Dir(as.path)) // the listeners unlinked their sockets
 }
 
 // hide lists the directories that hold the daemon's own files, which an
@@ -151,6 +170,10 @@ func (a *agentSockets) hide() []string {
 	dirs := []string{filepath.Dir(c.Socket), filepath.Dir(c.ControlSocket), c.AppSocketDir, c.StateDir, c.TrustDir, filepath.Dir(c.PolicyFile)}
 	if c.TCPAddr != "" {
 		dirs = append(dirs, filepath.Dir(c.TokenFile))
+	}
+	dirs = append(dirs, filepath.Dir(c.MCP.Socket))
+	if c.MCP.HTTPAddr != "" {
+		dirs = append(dirs, filepath.Dir(c.MCP.TokenFile))
 	}
 	slices.Sort(dirs)
 	return slices.Compact(dirs)

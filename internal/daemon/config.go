@@ -64,6 +64,9 @@ type Config struct {
 	// Ready, if set, is called once Serve accepts on every listener.
 	Ready func()
 
+	// MCP configures the MCP face (mcp.go).
+	MCP MCPConfig
+
 	// Limits bound what connections may hold; zero fields take the
 	// defaults (see Defaults), so tests shrink only what they exercise.
 	Limits Limits
@@ -202,7 +205,8 @@ func (c *Config) Defaults() error {
 	if c.TCPAddr != "" && c.TokenFile == "" {
 		c.TokenFile = filepath.Join(filepath.Dir(c.Socket), "tcp.token")
 	}
-	for _, p := range []*string{&c.ControlSocket, &c.AppSocketDir, &c.StateDir, &c.TrustDir, &c.PolicyFile, &c.TokenFile} {
+	c.mcpDefaults()
+	for _, p := range []*string{&c.ControlSocket, &c.AppSocketDir, &c.StateDir, &c.TrustDir, &c.PolicyFile, &c.TokenFile, &c.MCP.Socket, &c.MCP.TokenFile} {
 		if err := abs(p); err != nil {
 			return err
 		}

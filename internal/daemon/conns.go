@@ -52,7 +52,7 @@ func (s *Server) acceptLoop(ln listener) {
 			continue
 		}
 		backoff = 0
-		s.admit(c, ln.role, "")
+		s.admit(c, ln, "")
 	}
 }
 
@@ -64,8 +64,8 @@ func fdExhausted(err error) bool {
 // admit checks an accepted connection's peer and the connection limits,
 // then serves it on its own goroutine, or refuses it. agent names the
 // contained agent whose own socket accepted it, "" for the shared ones.
-func (s *Server) admit(c net.Conn, role core.Role, agent string) {
-	info := core.SessionInfo{Role: role, UID: -1, PID: -1, Agent: agent}
+func (s *Server) admit(c net.Conn, ln listener, agent string) {
+	info := core.SessionInfo{Role: ln.role, UID: -1, PID: -1, Agent: agent}
 	uc, isUnix := c.(*net.UnixConn)
 	if isUnix {
 		info.Transport = "unix"
@@ -82,7 +82,7 @@ func (s *Server) admit(c net.Conn, role core.Role, agent string) {
 		info.Remote = c.RemoteAddr().String()
 		info.NeedsAuth = true
 	}
-	t := &tracked{c: c, uid: info.UID, agent: agent}
+	t := &tracked{c: c, uid: info.UID, agent: agent, mcp: ln.mcp}
 	if refusal := s.track(t, isUnix); refusal != nil {
 		refuse(c, refusal)
 		return

@@ -9,6 +9,8 @@
 //   - one goroutine per accepted connection (serveConn; closing the
 //     connection ends it, and Close waits for it);
 //   - the policy-reload loop (Serve; ends on quit);
+//   - the MCP HTTP server, with --mcp-http (Serve; stopAccepting closes
+//     it, and the MCP face's HTTP sessions with it: mcp.go);
 //   - the accessibility connect attempt (Serve; its context is the
 //     server's, cancelled at Shutdown or Close);
 //   - the desktop notifier's connect attempt, worker and signal reader
@@ -59,6 +61,7 @@ type Server struct {
 	agents *agentSockets
 	face   *rpc.Server
 	stream *stream.Server
+	mcp    *mcpServer
 	lns    []listener
 	shed   *shedder
 	// lineBudget bounds the long JSON-RPC lines of every connection.
@@ -93,6 +96,7 @@ type Server struct {
 type listener struct {
 	l    net.Listener
 	role core.Role
+	mcp  bool // mcp.sock: served by the MCP face
 }
 
 // tracked is one accepted connection.
@@ -100,6 +104,7 @@ type tracked struct {
 	c     net.Conn
 	uid   int    // -1 for TCP
 	agent string // the agent socket's name, "" for the shared sockets
+	mcp   bool   // accepted on an mcp.sock
 	face  bool   // handed to a face (guarded by Server.mu)
 }
 
@@ -121,6 +126,9 @@ func New(cfg Config) (_ *Server, err error) {
 		if err := loopbackOnly(cfg.TCPAddr); err != nil {
 			return nil, err
 		}
+	}
+	if err := cfg.MCP.check(); err != nil {
+		return nil, err
 	}
 	if cfg.runtimeFallback != "" {
 		if err := unixsock.SecureDir(cfg.runtimeFallback); err != nil {
@@ -165,6 +173,9 @@ func New(cfg Config) (_ *Server, err error) {
 		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: s.lineBudget})
 	s.stream = stream.NewServer(s.b, stream.Options{Logger: s.log, IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message)})
 	if err := s.listen(); err != nil {
+		return nil, err
+	}
+	if err := s.newMCP(); err != nil {
 		return nil, err
 	}
 	if s.shed, err = newShedder(s.log); err != nil {
@@ -215,18 +226,18 @@ func (s *Server) listen() error {
 	if err != nil {
 		return err
 	}
-	s.lns = append(s.lns, listener{agentL, core.RoleAgent})
+	s.lns = append(s.lns, listener{l: agentL, role: core.RoleAgent})
 	controlL, err := unixsock.Listen(s.cfg.ControlSocket)
 	if err != nil {
 		return err
 	}
-	s.lns = append(s.lns, listener{controlL, core.RoleUser})
+	s.lns = append(s.lns, listener{l: controlL, role: core.RoleUser})
 	if s.cfg.TCPAddr != "" {
 		tcpL, err := net.Listen("tcp", s.cfg.TCPAddr)
 		if err != nil {
 			return err
 		}
-		s.lns = append(s.lns, listener{tcpL, core.RoleAgent})
+		s.lns = append(s.lns, listener{l: tcpL, role: core.RoleAgent})
 	}
 	return nil
 }
@@ -251,6 +262,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go s.acceptLoop(ln)
 	}
 	s.startBackground()
+	s.serveMCPHTTP()
 	s.log.Info("pcpd ready", "socket", s.cfg.Socket, "app_sockets", s.cfg.AppSocketDir, "control", s.cfg.ControlSocket, "state", s.cfg.StateDir, "trust", s.cfg.TrustDir, "tcp", s.cfg.TCPAddr)
 	if s.cfg.Ready != nil {
 		s.cfg.Ready()
@@ -325,6 +337,7 @@ func (s *Server) stopAccepting() bool {
 		if s.agents != nil {
 			s.agents.closeAll()
 		}
+		s.stopMCP()
 		close(s.quit) // after the listeners: quit means nothing is accepted
 		s.cancel()
 	})
@@ -399,6 +412,7 @@ func (s *Server) release() {
 			s.ax.Close()
 		}
 		s.closeNotifier()
+		s.stopMCP() // New failing halfway: never served
 		if s.b != nil {
 			s.b.Close()
 		}
@@ -453,6 +467,10 @@ func (s *Server) serveConn(t *tracked, info core.SessionInfo) {
 	defer s.connWG.Done()
 	defer s.untrack(t)
 	defer t.c.Close()
+	if t.mcp {
+		s.serveMCP(t, info)
+		return
+	}
 	var (
 		rwc    net.Conn = t.c
 		framed bool

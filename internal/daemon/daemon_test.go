@@ -41,7 +41,11 @@ func TestMain(m *testing.M) {
 		fmt.Print(line)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if pcpctlBuild.path != "" {
+		os.RemoveAll(filepath.Dir(pcpctlBuild.path))
+	}
+	os.Exit(code)
 }
 
 type running struct {

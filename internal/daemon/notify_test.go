@@ -19,7 +19,7 @@ import (
 
 const notesAppID = "org.pcp.test.notes"
 
-var notesManifest = json.RawMessage(`{"version":"1.0","capabilities":[{"name":"delete","tier":1,"trust_level":"confirm",` +
+var promptManifest = json.RawMessage(`{"version":"1.0","capabilities":[{"name":"delete","tier":1,"trust_level":"confirm",` +
 	`"description":"Delete a note","parameters":[{"name":"note_id","type":"string"}]}],"signature":""}`)
 
 // TestNotificationConfirms runs pcpd with its desktop notifier on a
@@ -66,7 +66,7 @@ func TestNotificationConfirms(t *testing.T) {
 	}
 	defer app.Close()
 	yes := true
-	if _, err := app.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: notesAppID, Manifest: notesManifest, Serve: &yes}); err != nil {
+	if _, err := app.RegisterCapability(ctx, &api.RegisterCapabilityParams{AppID: notesAppID, Manifest: promptManifest, Serve: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	agent, err := client.Dial(ctx, r.cfg.Socket, client.Options{})

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/frame"
@@ -343,6 +345,62 @@ func TestDesktop(t *testing.T) {
 			}
 		}
 		poll("the calculator's display", displayShows("42"))
+	})
+
+	t.Run("calculator: 2 + 3 = 5, over MCP", func(t *testing.T) {
+		// The Go SDK's MCP client on pcpd's mcp.sock: pcp_search learns the
+		// calculator's window, pcp_elements reads its tree, pcp_act presses
+		// a key by element id and the others by target.
+		conn, err := client.DialMCP(ctx, filepath.Join(filepath.Dir(w.socket), "mcp.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcpsdk.IOTransport{Reader: conn, Writer: conn}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		tool := func(name string, args map[string]any) []byte {
+			t.Helper()
+			res, err := cs.CallTool(ctx, &mcpsdk.CallToolParams{Name: name, Arguments: args})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			out, _ := json.Marshal(res.StructuredContent)
+			if res.IsError {
+				t.Fatalf("%s: error result %s", name, out)
+			}
+			return out
+		}
+		if out := tool("pcp_search", map[string]any{"query": "calculator"}); !strings.Contains(string(out), `"surfaces":["`+calc+`/1"]`) {
+			t.Fatalf("pcp_search: %s, want the calculator's window", out)
+		}
+		var tree struct{ Root api.Element }
+		json.Unmarshal(tool("pcp_elements", map[string]any{"surface_id": calc + "/1", "max_depth": 64, "format": "json"}), &tree)
+		var two string
+		var find func(e *api.Element)
+		find = func(e *api.Element) {
+			// GTK 4's calculator labels its keys "2 2" (name and
+			// description).
+			if f := strings.Fields(e.Label); e.Role == "push button" && len(f) > 0 && f[0] == "2" && two == "" {
+				two = e.ID
+			}
+			for i := range e.Children {
+				find(&e.Children[i])
+			}
+		}
+		find(&tree.Root)
+		if two == "" {
+			t.Fatalf("no push button \"2\" in the calculator's tree: %.2000s", tool("pcp_elements", map[string]any{"surface_id": calc + "/1", "max_depth": 64}))
+		}
+		if text := tool("pcp_elements", map[string]any{"surface_id": calc + "/1", "max_depth": 64}); !strings.Contains(string(text), `[`+two+`]`) {
+			t.Errorf("the compact tree lacks the button: %.300s", text)
+		}
+		tool("pcp_act", map[string]any{"surface_id": calc + "/1", "element_id": two, "action": "activate"})
+		for _, key := range []string{"+", "3", "="} {
+			tool("pcp_act", map[string]any{"surface_id": calc + "/1", "action": "activate", "target": map[string]any{"role": "push button", "name": key}})
+		}
+		poll("the calculator's display", displayShows("5"))
 	})
 
 	t.Run("every execution is on the audit chain", func(t *testing.T) {

@@ -104,6 +104,29 @@ func main() {
 		confID = d.ConfirmationID
 		return confID, nil
 	})
+	try("own_mcp_via_pcpctl", func() (string, error) {
+		// An agent host inside the sandbox runs `pcpctl mcp`, which finds
+		// mcp.sock beside $PCP_SOCKET: the agent's own MCP endpoint.
+		lines := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"agentprobe","version":"1"}}}` + "\n" +
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+			`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pcp_invoke","arguments":{"capability_id":"pcp.inspection.ping"}}}` + "\n"
+		o, err := run(ctx, lines, t.Pcpctl, "mcp")
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(o, "\n") {
+			var m struct {
+				ID     int `json:"id"`
+				Result *struct {
+					IsError bool `json:"isError"`
+				} `json:"result"`
+			}
+			if json.Unmarshal([]byte(l), &m) == nil && m.ID == 2 && m.Result != nil && !m.Result.IsError {
+				return l, nil
+			}
+		}
+		return "", fmt.Errorf("no successful pcp_invoke answer in %q", o)
+	})
 	try("network_tcp", func() (string, error) {
 		c, err := net.DialTimeout("tcp", t.TCP, 5*time.Second)
 		if err != nil {
