@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
@@ -124,6 +125,15 @@ type Conn struct {
 	// pmu guards pending.
 	pmu     sync.Mutex
 	pending map[string]chan *Message
+	// lastWords is the peer's last message when it was an error with a
+	// null id (a refusal written before hanging up); any later message
+	// clears it. Run stores it before it reads the next line, so it is
+	// set before the connection closes on the peer's EOF. Once the
+	// connection has closed, calls fail with it (closeError).
+	lastWords atomic.Pointer[api.Error]
+	// gone is set once a write found the peer gone (peerGone); Run then
+	// reads on for its last words, for at most goneGrace.
+	gone sync.Once
 
 	handlers sync.WaitGroup
 	// inFlight counts the peer's requests (batches count once) dispatched
@@ -278,6 +288,7 @@ func (c *Conn) Run() error {
 			continue
 		}
 		d := Decode(line)
+		c.noteLastWords(d)
 		if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
 			c.protocolError(nil, &api.Error{
 				Code:    api.CodeInvalidRequest,
@@ -594,7 +605,11 @@ func (c *Conn) writeLine(b []byte) error {
 		d.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
 	}
 	if err := c.bw.Flush(); err != nil {
-		c.Close()
+		if peerGone(err) {
+			c.closeAfterGone()
+		} else {
+			c.Close()
+		}
 		return err
 	}
 	return nil
@@ -604,6 +619,58 @@ func (c *Conn) writeLine(b []byte) error {
 // peer answered. It wraps net.ErrClosed, so callers that know nothing of
 // this package can test for it.
 var ErrClosed = fmt.Errorf("jsonrpc: connection closed: %w", net.ErrClosed)
+
+// ClosedError is what Call fails with when the peer's last message before
+// the connection closed was an error with a null id: the reason it hung
+// up (pcpd refusing a connection over a limit, a line that did not arrive
+// in time). It reads as that error and matches both it and ErrClosed
+// with errors.Is and errors.As.
+type ClosedError struct {
+	Reason *api.Error
+}
+
+func (e *ClosedError) Error() string   { return e.Reason.Error() }
+func (e *ClosedError) Unwrap() []error { return []error{e.Reason, ErrClosed} }
+
+// noteLastWords keeps d as the peer's last words if it is a single error
+// response with a null id, and forgets earlier ones otherwise.
+func (c *Conn) noteLastWords(d Decoded) {
+	var e *api.Error
+	if !d.Batch && len(d.Messages) == 1 && len(d.Errors) == 0 {
+		if m := d.Messages[0]; m.IsResponse() && m.Error != nil && string(m.ID) == "null" {
+			e = m.Error
+		}
+	}
+	if e != nil || c.lastWords.Load() != nil {
+		c.lastWords.Store(e)
+	}
+}
+
+// closeError is what a call fails with once the connection has closed.
+func (c *Conn) closeError() error {
+	e := c.lastWords.Load()
+	if e == nil {
+		return ErrClosed
+	}
+	return &ClosedError{Reason: e}
+}
+
+// goneGrace bounds how long a connection whose peer has gone is read on
+// for what the peer sent before it went.
+const goneGrace = time.Second
+
+// peerGone reports a write that failed because the peer closed its end.
+func peerGone(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// closeAfterGone handles a write that found the peer gone. Closing at
+// once would discard what the peer wrote before it hung up and is still
+// unread (pcpd's refusal of a connection over a limit), so Run reads on
+// to the end, and the connection is closed after goneGrace regardless.
+func (c *Conn) closeAfterGone() {
+	c.gone.Do(func() { time.AfterFunc(goneGrace, func() { c.Close() }) })
+}
 
 // Call sends a request and decodes the result into result (which may be
 // nil or a *json.RawMessage). An error response is returned as *api.Error.
@@ -622,18 +689,24 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	c.pmu.Lock()
 	if c.ctx.Err() != nil {
 		c.pmu.Unlock()
-		return ErrClosed
+		return c.closeError()
 	}
 	c.pending[key] = ch
 	c.pmu.Unlock()
 	if err := c.writeLine(AppendRequest(nil, id, method, pb)); err != nil {
 		c.forget(key)
-		return ErrClosed
+		// The peer may have hung up with a reason still to be read.
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return c.closeError()
 	}
 	select {
 	case m, ok := <-ch:
 		if !ok {
-			return ErrClosed
+			return c.closeError()
 		}
 		if m.Error != nil {
 			return m.Error
