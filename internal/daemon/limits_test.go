@@ -192,7 +192,7 @@ func TestTCPUnauthenticatedIsClosed(t *testing.T) {
 
 // Before authentication a connection holds at most a small line: an
 // unterminated megabyte costs the daemon no line buffer, and the
-// connection is closed when its time to authenticate is up.
+// connection is answered and hung up on once the line crosses 4 KiB.
 func TestTCPMemoryBeforeAuthentication(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	r, addr, _ := tcpServer(t, Limits{Auth: 2 * time.Second})
@@ -224,6 +224,31 @@ func TestTCPMemoryBeforeAuthentication(t *testing.T) {
 			t.Errorf("an unauthenticated connection got a result: %s", out)
 		}
 	}
+}
+
+// An oversized first line on TCP, without its newline, is answered as
+// soon as it crosses the 4 KiB bound, and the connection is hung up; the
+// daemon neither reads the rest nor waits for the authentication
+// deadline.
+func TestTCPLongFirstLineAnsweredAtOnce(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	_, addr, _ := tcpServer(t, Limits{Auth: 5 * time.Second})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, `{"jsonrpc":"2.0","id":3,"method":"session.authenticate","params":{"token":"%s`, strings.Repeat("x", 8<<10))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if want := `{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"line exceeds the limit of 4096 bytes; closing","data":{"limit":4096}}}` + "\n"; line != want {
+		t.Fatalf("an unterminated 8 KiB first line: %q, %v; want %q", line, err, want)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("answered after %v, want at once (the authentication deadline is 5s)", d)
+	}
+	waitEOF(t, c, 2*time.Second)
 }
 
 // Tokens cannot be checked in bulk: the first message is answered alone

@@ -87,7 +87,8 @@ type Options struct {
 // lines bounded to MaxLine. It is served on the read loop, so nothing
 // after it is read until it is answered. If it is anything else, or the
 // handler answers it with an error, the answer is sent and the
-// connection closed; a connection that has not passed within Timeout is
+// connection closed; a line over MaxLine is answered as soon as its
+// MaxLine+1st byte arrives, without waiting for its newline; a connection that has not passed within Timeout is
 // closed. Once it has passed, lines are bounded by Options.MaxLine.
 type Gate struct {
 	Method  string
@@ -259,6 +260,18 @@ func (c *Conn) Run() error {
 	}
 	for {
 		line, err := lr.ReadLine()
+		if err == ErrLineCut {
+			// Only the gate cuts lines: answer now, not when the
+			// newline or the gate's timeout comes, and hang up.
+			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
+				Code:    api.CodeInvalidRequest,
+				Message: fmt.Sprintf("line exceeds the limit of %d bytes; closing", lr.Max()),
+				Data:    map[string]any{"limit": lr.Max()},
+			})
+			c.hangUp()
+			eof = true
+			return nil
+		}
 		if err == ErrNoLineBudget || err == ErrLineTooLong {
 			c.refuseLine(lr, err)
 			if gated && !c.gatePassed.Load() {
@@ -285,6 +298,7 @@ func (c *Conn) Run() error {
 				return nil
 			}
 			lr.SetMax(c.opts.MaxLine)
+			lr.Cut = false
 			continue
 		}
 		d := Decode(line)
@@ -395,6 +409,9 @@ func (c *Conn) lineReader() (lr *LineReader, gated bool) {
 		max = min(max, c.opts.Gate.MaxLine)
 	}
 	lr = NewLineReader(src, max)
+	// Before the gate, a line over its bound is answered as soon as the
+	// bound is crossed: the connection is hung up on it anyway.
+	lr.Cut = gated
 	lr.Deadlines = dl
 	lr.Budget = c.opts.LineBudget
 	return lr, gated
