@@ -89,11 +89,17 @@ type Limits struct {
 	// Message bounds the arrival of one message (a JSON-RPC line, a
 	// frame) from its first byte to its last (default 30 s).
 	Message time.Duration
-	// Connections bounds the connections open at once on the agent,
-	// control and TCP listeners together (default 1024);
-	// ConnectionsPerUID bounds those of one uid on the Unix sockets
-	// (default 512).
-	Connections, ConnectionsPerUID int
+	// Connections bounds the connections open at once on every listener
+	// together (default 1024). ControlReserve of them only the control
+	// socket may use (default 16, at most a quarter of Connections), so
+	// that the user can reach pcpd, to see what goes on and to approve
+	// or deny, whatever holds the agent sockets and TCP.
+	// ConnectionsPerUID bounds those of one uid on the agent sockets
+	// (the shared one and the contained agents'; default 512).
+	// UnauthenticatedTCP bounds the TCP connections that have not
+	// authenticated yet (default 64): another local user who reaches the
+	// loopback port holds no more than these.
+	Connections, ControlReserve, ConnectionsPerUID, UnauthenticatedTCP int
 	// LineMemory bounds the bytes that long JSON-RPC lines (above the
 	// 64 KiB read buffer) may hold, across every connection (default
 	// 64 MiB).
@@ -109,12 +115,14 @@ type Limits struct {
 
 // Default limits.
 const (
-	DefaultFirstByteTimeout  = 10 * time.Second
-	DefaultIdleTimeout       = 5 * time.Minute
-	DefaultMessageTimeout    = 30 * time.Second
-	DefaultMaxConnections    = 1024
-	DefaultMaxConnectionsUID = 512
-	DefaultLineMemory        = 64 << 20
+	DefaultFirstByteTimeout   = 10 * time.Second
+	DefaultIdleTimeout        = 5 * time.Minute
+	DefaultMessageTimeout     = 30 * time.Second
+	DefaultMaxConnections     = 1024
+	DefaultMaxConnectionsUID  = 512
+	DefaultControlReserve     = 16
+	DefaultUnauthenticatedTCP = 64
+	DefaultLineMemory         = 64 << 20
 	// DefaultShutdownTimeout is how long Run (and pcpd) let Shutdown
 	// drain before closing what is left.
 	DefaultShutdownTimeout = 10 * time.Second
@@ -136,11 +144,27 @@ func (l *Limits) defaults() {
 	if l.ConnectionsPerUID <= 0 {
 		l.ConnectionsPerUID = DefaultMaxConnectionsUID
 	}
+	if l.ControlReserve <= 0 {
+		l.ControlReserve = DefaultControlReserve
+	}
+	if l.UnauthenticatedTCP <= 0 {
+		l.UnauthenticatedTCP = DefaultUnauthenticatedTCP
+	}
 	if l.LineMemory <= 0 {
 		l.LineMemory = DefaultLineMemory
 	}
 	// AuthMaxLine and the throttle on wrong tokens are defaulted by the
 	// rpc face, which owns them.
+}
+
+// clampCaps makes the connection caps consistent: the control reserve is
+// at most a quarter of the total, and the caps of the agent sockets' uid
+// and of unauthenticated TCP at most what the reserve leaves.
+func (l *Limits) clampCaps() {
+	l.ControlReserve = min(l.ControlReserve, l.Connections/4)
+	shared := l.Connections - l.ControlReserve
+	l.ConnectionsPerUID = min(l.ConnectionsPerUID, shared)
+	l.UnauthenticatedTCP = min(l.UnauthenticatedTCP, shared)
 }
 
 // off turns a negative (disabled) timeout into the 0 the faces read as

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -92,6 +93,14 @@ func TestConnectionCaps(t *testing.T) {
 		{"per uid", Limits{ConnectionsPerUID: 3, Connections: 100}, "connections_per_uid"},
 		{"total", Limits{ConnectionsPerUID: 100, Connections: 3}, "connections"},
 	} {
+		// The per-uid cap is the agent socket's; the control socket
+		// (too small a total for a reserve here) meets the total.
+		sock := func(r *served) string {
+			if tc.scope == "connections_per_uid" {
+				return r.cfg.Socket
+			}
+			return r.cfg.ControlSocket
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			r := serve(t, Config{Limits: tc.limits})
 			ctx := context.Background()
@@ -111,7 +120,7 @@ func TestConnectionCaps(t *testing.T) {
 				}
 				held = append(held, c)
 			}
-			extra, err := net.Dial("unix", r.cfg.ControlSocket)
+			extra, err := net.Dial("unix", sock(r))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,6 +144,99 @@ func TestConnectionCaps(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The control socket keeps slots that neither TCP nor the agent sockets
+// can take: with unauthenticated TCP at its own budget, the agent
+// socket's uid at its cap and authenticated TCP holding the rest, the
+// user is still served on the control socket.
+func TestControlSocketReserveAndTCPBudget(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r, addr, token := tcpServer(t, Limits{Connections: 16, ControlReserve: 4, ConnectionsPerUID: 5, UnauthenticatedTCP: 4})
+	ctx := context.Background()
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	dialTCP := func() {
+		t.Helper()
+		c, err := client.DialTCP(ctx, addr, token, client.Options{})
+		if err != nil {
+			t.Fatalf("authenticated TCP client %d: %v", len(held), err)
+		}
+		held = append(held, c)
+	}
+	serve := func(sock string) {
+		t.Helper()
+		c, err := client.Dial(ctx, sock, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if _, err := c.Health(ctx); err != nil {
+			t.Fatalf("connection %d on %s: %v", len(held), filepath.Base(sock), err)
+		}
+	}
+	refused := func(network, address, scope string, limit int) {
+		t.Helper()
+		c, err := net.Dial(network, address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		e := readRefusal(t, c)
+		if d := dataOf(e); e.Code != api.CodeRateLimited || d["scope"] != scope || d["limit"] != float64(limit) {
+			t.Errorf("%s %s: %+v, want RATE_LIMITED scope %s limit %d", network, filepath.Base(address), e, scope, limit)
+		}
+	}
+	rawTCP := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		return c
+	}
+	// Authenticated TCP clients leave the unauthenticated budget...
+	dialTCP()
+	dialTCP()
+	// ...which 4 connections that never authenticate fill, whoever
+	// they are.
+	first := rawTCP()
+	for range 3 {
+		rawTCP()
+	}
+	refused("tcp", addr, "tcp_unauthenticated", 4)
+	// The agent socket's uid has its own cap.
+	for range 5 {
+		serve(r.cfg.Socket)
+	}
+	refused("unix", r.cfg.Socket, "connections_per_uid", 5)
+	// A connection that authenticates frees its place in the budget.
+	fmt.Fprintf(first, `{"jsonrpc":"2.0","id":1,"method":"session.authenticate","params":{"token":%q}}`+"\n", token)
+	first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(first).ReadString('\n'); !strings.Contains(line, `"authenticated":true`) {
+		t.Fatalf("authenticating a raw TCP connection: %q, %v", line, err)
+	}
+	// One more fills what the control reserve leaves (12): TCP (refused
+	// after it by the same accept loop) and the agent socket are refused.
+	rawTCP()
+	refused("tcp", addr, "connections", 12)
+	refused("unix", r.cfg.Socket, "connections", 12)
+	if _, err := client.DialTCP(ctx, addr, token, client.Options{}); !errors.Is(err, api.ErrRateLimited) {
+		t.Errorf("a TCP client beyond the shared connections: %v, want RATE_LIMITED", err)
+	}
+	// The user is served in the reserve, up to the total.
+	for range 4 {
+		serve(r.cfg.ControlSocket)
+	}
+	if _, err := held[len(held)-1].(*client.Client).ConfirmList(ctx); err != nil {
+		t.Errorf("confirm.list on the control socket: %v", err)
+	}
+	refused("unix", r.cfg.ControlSocket, "connections", 16)
 }
 
 // waitFor polls cond until it holds, for at most 10 s: for a state the
