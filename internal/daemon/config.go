@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/pcp-dev/pcp/internal/core"
@@ -155,6 +156,33 @@ func (l *Limits) defaults() {
 	}
 	// AuthMaxLine and the throttle on wrong tokens are defaulted by the
 	// rpc face, which owns them.
+}
+
+// fdHeadroom is what the descriptor limit keeps back from the connection
+// caps, for the descriptors pcpd holds besides its connections: standard
+// streams, the poller, the state lock and the store's files, the
+// listeners, the per-app and contained agents' sockets and the apps'
+// connections on them, the D-Bus connections, the reserve descriptor.
+// Beyond it, the reserve descriptor and the accept back-off take over.
+const fdHeadroom = 64
+
+// fitDescriptors lowers Connections so that connections cannot use up
+// the file descriptors (RLIMIT_NOFILE's soft limit, which the Go runtime
+// raised to the hard limit at start): it keeps back fdHeadroom or a
+// quarter of the limit, whichever is more, but never more than half. A
+// daemon out of descriptors cannot accept, so it cannot refuse either,
+// and every client waits in the listen queue; under the cap, a connection
+// over it is refused at once with a coded error. It returns the limit,
+// 0 when it could not be read (the caps are then left alone).
+func (l *Limits) fitDescriptors() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	nofile := int(min(rl.Cur, 1<<30)) // RLIM_INFINITY is all ones
+	keep := min(max(fdHeadroom, nofile/4), nofile/2)
+	l.Connections = max(min(l.Connections, nofile-keep), 1)
+	return nofile
 }
 
 // clampCaps makes the connection caps consistent: the control reserve is

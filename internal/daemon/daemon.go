@@ -131,12 +131,17 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := cfg.Defaults(); err != nil {
 		return nil, err
 	}
+	configured := cfg.Limits.Connections
+	nofile := cfg.Limits.fitDescriptors()
 	cfg.Limits.clampCaps()
 	s := &Server{cfg: cfg, log: cfg.Logger, self: os.Getuid(), quit: make(chan struct{}), finished: make(chan struct{}),
 		conns: map[*tracked]struct{}{}, perUID: map[int]int{}, unauth: map[io.ReadWriteCloser]struct{}{}}
 	lim := cfg.Limits
+	if lim.Connections < configured {
+		s.log.Warn("connection cap lowered to fit the file descriptor limit", "nofile", nofile, "configured", configured, "connections", lim.Connections)
+	}
 	s.log.Info("connection caps", "connections", lim.Connections, "control_reserve", lim.ControlReserve,
-		"per_uid", lim.ConnectionsPerUID, "unauthenticated_tcp", lim.UnauthenticatedTCP)
+		"per_uid", lim.ConnectionsPerUID, "unauthenticated_tcp", lim.UnauthenticatedTCP, "nofile", nofile)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

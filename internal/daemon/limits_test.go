@@ -487,16 +487,81 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+// Under a descriptor limit below the connection caps, the caps are
+// lowered to fit it: connections that each send one request and then
+// stay silent (so no first-byte deadline ends them) cannot use up the
+// descriptors, a well-behaved client on the agent socket is refused at
+// once with a coded error instead of waiting in the listen queue, and
+// the user is served on the control socket. pcpd runs in a child with
+// RLIMIT_NOFILE at 128 and the default caps (1024 in all, 512 per uid).
+func TestDescriptorLimitLowersTheCaps(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pcpd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	_, stderr := startNofileChild(t, dir, 128, -1)
+	sock, control := filepath.Join(dir, "pcp.sock"), filepath.Join(dir, "control.sock")
+	const attackers = 200 // past 128 descriptors
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range attackers {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatalf("attacker connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintln(c, `{"jsonrpc":"2.0","id":1,"method":"health.check"}`)
+	}
+	// Once the daemon has caught up (the last attacker's connection
+	// has been answered, served or refused), nothing is left waiting.
+	c := conns[len(conns)-1]
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Errorf("the last attacker's connection: %q, %v; want an answer", line, err)
+	}
+	health := func(sock string) (*api.HealthResult, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, sock, client.Options{})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return c.Health(ctx)
+	}
+	start := time.Now()
+	if _, err := health(sock); err != nil && !errors.Is(err, api.ErrRateLimited) {
+		t.Errorf("health.check on the agent socket beside %d silent connections: %v, want an answer or RATE_LIMITED", attackers, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("health.check on the agent socket took %v, want at once", d)
+	}
+	if h, err := health(control); err != nil || h.Status == "" {
+		t.Errorf("health.check on the control socket: %+v, %v; want it served", h, err)
+	}
+	log := stderr.String()
+	if !strings.Contains(log, "connection cap lowered") || !strings.Contains(log, "connections=64") || !strings.Contains(log, "nofile=128") {
+		t.Errorf("the daemon's log does not name the lowered caps:\n%s", log)
+	}
+}
+
 // Accept errors back off instead of spinning, the log stays small, and
 // once the connections that used up the descriptors are gone the daemon
-// answers again. pcpd runs in a child with RLIMIT_NOFILE lowered.
+// answers again. pcpd runs in a child with RLIMIT_NOFILE lowered, and
+// something other than connections (the child itself) takes all but a
+// few descriptors, since the caps keep connections from using them up.
 func TestAcceptBacksOffWhenDescriptorsRunOut(t *testing.T) {
 	dir, err := os.MkdirTemp("", "pcpd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	child, stderr := startNofileChild(t, dir, 64)
+	child, stderr := startNofileChild(t, dir, 64, 4)
 	sock := filepath.Join(dir, "pcp.sock")
 	var conns []net.Conn
 	defer func() {
