@@ -100,7 +100,7 @@ are added.
 | ` + "`CAPABILITY_NOT_FOUND`" + ` | ` + "`capability_id`, `app_id`" + ` |
 | ` + "`MANIFEST_INVALID`" + ` | ` + "`app_id`, `capability`, `field`" + ` (a JSON path into the manifest) |
 | ` + "`MANIFEST_SIGNATURE_INVALID`" + ` | ` + "`app_id`" + ` |
-| ` + "`RATE_LIMITED`" + ` | ` + "`scope`" + `, the limit's name, and its bounds: ` + "`app`" + ` (with ` + "`app_id`, `source`" + `) and ` + "`connection`" + ` (with ` + "`retry_after_ms`, `limit_per_second`, `burst`" + `), ` + "`confirmations`" + ` (` + "`per`" + `: ` + "`connection`, `agent` or `daemon`" + `, the bound reached; ` + "`pending`, `retry_after_ms`" + `), ` + "`authentication`" + ` (` + "`limit_per_second`, `burst`" + `), ` + "`subscriptions`, `adapters`, `app_sockets`, `connections`, `connections_per_uid`" + ` (` + "`limit`" + `; ` + "`uid`" + `), ` + "`line_memory`" + ` (` + "`limit`, `size`" + `), ` + "`file_descriptors`" + ` |
+| ` + "`RATE_LIMITED`" + ` | ` + "`scope`" + `, the limit's name, and its bounds: ` + "`app`" + ` (with ` + "`app_id`, `source`" + `) and ` + "`connection`" + ` (with ` + "`retry_after_ms`, `limit_per_second`, `burst`" + `), ` + "`confirmations`" + ` (` + "`per`" + `: ` + "`connection`, `agent` or `daemon`" + `, the bound reached; ` + "`pending`, `retry_after_ms`" + `), ` + "`authentication`" + ` (` + "`limit_per_second`, `burst`" + `), ` + "`subscriptions`, `adapters`, `app_sockets`, `connections`, `connections_per_uid`, `tcp_unauthenticated`" + ` (` + "`limit`" + `; ` + "`uid`" + `; ` + "`control_reserve`" + `), ` + "`line_memory`" + ` (` + "`limit`, `size`" + `), ` + "`file_descriptors`" + ` |
 `)
 	want := b.String()
 	if *update {

@@ -51,7 +51,9 @@ func main() {
 	fs.DurationVar(&cfg.Limits.Idle, "idle-timeout", daemon.DefaultIdleTimeout, "close a silent connection with no request in flight, no app and no subscription after this long (negative: never)")
 	fs.DurationVar(&cfg.Limits.Message, "message-timeout", daemon.DefaultMessageTimeout, "a message begun must arrive whole within this (negative: no bound)")
 	fs.IntVar(&cfg.Limits.Connections, "max-connections", daemon.DefaultMaxConnections, "connections open at once, all listeners together")
-	fs.IntVar(&cfg.Limits.ConnectionsPerUID, "max-connections-per-uid", daemon.DefaultMaxConnectionsUID, "connections open at once from one uid on the Unix sockets")
+	fs.IntVar(&cfg.Limits.ConnectionsPerUID, "max-connections-per-uid", daemon.DefaultMaxConnectionsUID, "connections open at once from one uid on the agent sockets")
+	fs.IntVar(&cfg.Limits.ControlReserve, "control-reserve", daemon.DefaultControlReserve, "of --max-connections, how many only the control socket may use (at most a quarter)")
+	fs.IntVar(&cfg.Limits.UnauthenticatedTCP, "max-unauthenticated-tcp", daemon.DefaultUnauthenticatedTCP, "TCP connections open at once that have not authenticated")
 	shutdownTimeout := fs.Duration("shutdown-timeout", daemon.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may take to finish before their connections are closed")
 	fs.Parse(os.Args[1:])
 

@@ -772,3 +772,27 @@ func TestBinary(t *testing.T) {
 		t.Errorf("got stderr %q, want the error then its data as JSON", stderr.String())
 	}
 }
+
+// A connection the daemon refuses (its cap is full) prints the daemon's
+// coded reason, not a bare "connection closed", and fails.
+func TestRefusedConnectionPrintsTheReason(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	d := startDaemon(t, func(c *daemon.Config) { c.Limits.Connections = 1 })
+	ctx := context.Background()
+	held, err := client.Dial(ctx, d.socket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.Health(ctx); err != nil { // admitted: the cap is full
+		t.Fatal(err)
+	}
+	_, _, err = d.run(t, "health")
+	msg := cli.FormatError(err)
+	if !strings.HasPrefix(msg, "pcpctl: RATE_LIMITED: connection refused: the daemon serves at most 1 connections at once") || !strings.Contains(msg, `"scope":"connections"`) {
+		t.Errorf("pcpctl health against a full daemon printed %q, want the coded refusal", msg)
+	}
+	if code := cli.ExitCode(err); code == 0 {
+		t.Errorf("exit code %d, want non-zero", code)
+	}
+}

@@ -27,7 +27,31 @@ const (
 	testChildEnv = "PCP_TEST_CHILD"
 	testDirEnv   = "PCP_TEST_DIR"
 	testNofile   = "PCP_TEST_NOFILE"
+	// testEatFDs, set to N, makes the nofile child take every free
+	// descriptor but N once it serves, as if something other than
+	// connections had used them up.
+	testEatFDs = "PCP_TEST_EAT_FDS"
 )
+
+// eaten holds the descriptors the nofile child took, so that the
+// collector does not close them.
+var eaten []*os.File
+
+// eatDescriptors opens /dev/null until descriptors run out, then gives
+// back the last leave of them.
+func eatDescriptors(leave int) {
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			break
+		}
+		eaten = append(eaten, f)
+	}
+	for range min(leave, len(eaten)) {
+		eaten[len(eaten)-1].Close()
+		eaten = eaten[:len(eaten)-1]
+	}
+}
 
 // runTestChild serves the role named by PCP_TEST_CHILD, if any, and
 // exits; TestMain calls it first.
@@ -77,13 +101,24 @@ func nofileDaemon(ctx context.Context, dir string) error {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: uint64(n), Max: uint64(n)}); err != nil {
 		return err
 	}
+	leave := -1
+	if v := os.Getenv(testEatFDs); v != "" {
+		if leave, err = strconv.Atoi(v); err != nil {
+			return err
+		}
+	}
 	return Run(ctx, Config{
 		Socket:   filepath.Join(dir, "pcp.sock"),
 		StateDir: filepath.Join(dir, "state"),
 		TrustDir: filepath.Join(dir, "trust"),
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Limits:   Limits{FirstByte: 500 * time.Millisecond},
-		Ready:    func() { fmt.Println("ready") },
+		Ready: func() {
+			if leave >= 0 {
+				eatDescriptors(leave)
+			}
+			fmt.Println("ready")
+		},
 	})
 }
 
@@ -188,8 +223,14 @@ func startChild(t *testing.T, role, dir string, env []string, cred *syscall.Cred
 	return c, stderr
 }
 
-func startNofileChild(t *testing.T, dir string, nofile int) (*child, *testkit.SyncBuffer) {
-	return startChild(t, "nofile", dir, []string{testNofile + "=" + strconv.Itoa(nofile)}, nil)
+// startNofileChild runs pcpd in a child with RLIMIT_NOFILE at nofile;
+// with eat >= 0, the child then takes every free descriptor but eat.
+func startNofileChild(t *testing.T, dir string, nofile, eat int) (*child, *testkit.SyncBuffer) {
+	env := []string{testNofile + "=" + strconv.Itoa(nofile)}
+	if eat >= 0 {
+		env = append(env, testEatFDs+"="+strconv.Itoa(eat))
+	}
+	return startChild(t, "nofile", dir, env, nil)
 }
 
 func startImpostor(t *testing.T, sock string) func() {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/pcp-dev/pcp/internal/core"
@@ -92,11 +93,17 @@ type Limits struct {
 	// Message bounds the arrival of one message (a JSON-RPC line, a
 	// frame) from its first byte to its last (default 30 s).
 	Message time.Duration
-	// Connections bounds the connections open at once on the agent,
-	// control and TCP listeners together (default 1024);
-	// ConnectionsPerUID bounds those of one uid on the Unix sockets
-	// (default 512).
-	Connections, ConnectionsPerUID int
+	// Connections bounds the connections open at once on every listener
+	// together (default 1024). ControlReserve of them only the control
+	// socket may use (default 16, at most a quarter of Connections), so
+	// that the user can reach pcpd, to see what goes on and to approve
+	// or deny, whatever holds the agent sockets and TCP.
+	// ConnectionsPerUID bounds those of one uid on the agent sockets
+	// (the shared one and the contained agents'; default 512).
+	// UnauthenticatedTCP bounds the TCP connections that have not
+	// authenticated yet (default 64): another local user who reaches the
+	// loopback port holds no more than these.
+	Connections, ControlReserve, ConnectionsPerUID, UnauthenticatedTCP int
 	// LineMemory bounds the bytes that long JSON-RPC lines (above the
 	// 64 KiB read buffer) may hold, across every connection (default
 	// 64 MiB).
@@ -112,12 +119,14 @@ type Limits struct {
 
 // Default limits.
 const (
-	DefaultFirstByteTimeout  = 10 * time.Second
-	DefaultIdleTimeout       = 5 * time.Minute
-	DefaultMessageTimeout    = 30 * time.Second
-	DefaultMaxConnections    = 1024
-	DefaultMaxConnectionsUID = 512
-	DefaultLineMemory        = 64 << 20
+	DefaultFirstByteTimeout   = 10 * time.Second
+	DefaultIdleTimeout        = 5 * time.Minute
+	DefaultMessageTimeout     = 30 * time.Second
+	DefaultMaxConnections     = 1024
+	DefaultMaxConnectionsUID  = 512
+	DefaultControlReserve     = 16
+	DefaultUnauthenticatedTCP = 64
+	DefaultLineMemory         = 64 << 20
 	// DefaultShutdownTimeout is how long Run (and pcpd) let Shutdown
 	// drain before closing what is left.
 	DefaultShutdownTimeout = 10 * time.Second
@@ -139,11 +148,54 @@ func (l *Limits) defaults() {
 	if l.ConnectionsPerUID <= 0 {
 		l.ConnectionsPerUID = DefaultMaxConnectionsUID
 	}
+	if l.ControlReserve <= 0 {
+		l.ControlReserve = DefaultControlReserve
+	}
+	if l.UnauthenticatedTCP <= 0 {
+		l.UnauthenticatedTCP = DefaultUnauthenticatedTCP
+	}
 	if l.LineMemory <= 0 {
 		l.LineMemory = DefaultLineMemory
 	}
 	// AuthMaxLine and the throttle on wrong tokens are defaulted by the
 	// rpc face, which owns them.
+}
+
+// fdHeadroom is what the descriptor limit keeps back from the connection
+// caps, for the descriptors pcpd holds besides its connections: standard
+// streams, the poller, the state lock and the store's files, the
+// listeners, the per-app and contained agents' sockets and the apps'
+// connections on them, the D-Bus connections, the reserve descriptor.
+// Beyond it, the reserve descriptor and the accept back-off take over.
+const fdHeadroom = 64
+
+// fitDescriptors lowers Connections so that connections cannot use up
+// the file descriptors (RLIMIT_NOFILE's soft limit, which the Go runtime
+// raised to the hard limit at start): it keeps back fdHeadroom or a
+// quarter of the limit, whichever is more, but never more than half. A
+// daemon out of descriptors cannot accept, so it cannot refuse either,
+// and every client waits in the listen queue; under the cap, a connection
+// over it is refused at once with a coded error. It returns the limit,
+// 0 when it could not be read (the caps are then left alone).
+func (l *Limits) fitDescriptors() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	nofile := int(min(rl.Cur, 1<<30)) // RLIM_INFINITY is all ones
+	keep := min(max(fdHeadroom, nofile/4), nofile/2)
+	l.Connections = max(min(l.Connections, nofile-keep), 1)
+	return nofile
+}
+
+// clampCaps makes the connection caps consistent: the control reserve is
+// at most a quarter of the total, and the caps of the agent sockets' uid
+// and of unauthenticated TCP at most what the reserve leaves.
+func (l *Limits) clampCaps() {
+	l.ControlReserve = min(l.ControlReserve, l.Connections/4)
+	shared := l.Connections - l.ControlReserve
+	l.ConnectionsPerUID = min(l.ConnectionsPerUID, shared)
+	l.UnauthenticatedTCP = min(l.UnauthenticatedTCP, shared)
 }
 
 // off turns a negative (disabled) timeout into the 0 the faces read as

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -82,8 +83,14 @@ func (s *Server) admit(c net.Conn, ln listener, agent string) {
 		info.Remote = c.RemoteAddr().String()
 		info.NeedsAuth = true
 	}
-	t := &tracked{c: c, uid: info.UID, agent: agent, mcp: ln.mcp}
-	if refusal := s.track(t, isUnix); refusal != nil {
+	t := &tracked{c: c, uid: info.UID, agent: agent, mcp: ln.mcp, kind: kindTCP}
+	if isUnix {
+		t.kind = kindAgent
+		if ln.role == core.RoleUser {
+			t.kind = kindControl
+		}
+	}
+	if refusal := s.track(t); refusal != nil {
 		refuse(c, refusal)
 		return
 	}
@@ -92,7 +99,7 @@ func (s *Server) admit(c net.Conn, ln listener, agent string) {
 
 // track counts t against the limits and registers it; it returns the
 // refusal when a limit is reached (or the server is stopping).
-func (s *Server) track(t *tracked, perUID bool) *api.Error {
+func (s *Server) track(t *tracked) *api.Error {
 	lim := s.cfg.Limits
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -104,27 +111,55 @@ func (s *Server) track(t *tracked, perUID bool) *api.Error {
 		return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "connections", "limit": lim.Connections},
 			"connection refused: the daemon serves at most %d connections at once", lim.Connections)
 	}
-	if perUID && s.perUID[t.uid] >= lim.ConnectionsPerUID {
-		s.shed.logRefusal("connections_per_uid", lim.ConnectionsPerUID)
-		return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "connections_per_uid", "limit": lim.ConnectionsPerUID, "uid": t.uid},
-			"connection refused: uid %d already has %d connections open", t.uid, lim.ConnectionsPerUID)
+	if shared := lim.Connections - lim.ControlReserve; t.kind != kindControl && len(s.conns)-s.control >= shared {
+		s.shed.logRefusal("connections", shared)
+		return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "connections", "limit": shared, "control_reserve": lim.ControlReserve},
+			"connection refused: the daemon serves at most %d connections at once besides the %d kept for the control socket", shared, lim.ControlReserve)
+	}
+	switch t.kind {
+	case kindAgent:
+		if s.perUID[t.uid] >= lim.ConnectionsPerUID {
+			s.shed.logRefusal("connections_per_uid", lim.ConnectionsPerUID)
+			return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "connections_per_uid", "limit": lim.ConnectionsPerUID, "uid": t.uid},
+				"connection refused: uid %d already has %d connections open", t.uid, lim.ConnectionsPerUID)
+		}
+		s.perUID[t.uid]++
+	case kindTCP:
+		if len(s.unauth) >= lim.UnauthenticatedTCP {
+			s.shed.logRefusal("tcp_unauthenticated", lim.UnauthenticatedTCP)
+			return api.Errorf(api.CodeRateLimited, map[string]any{"scope": "tcp_unauthenticated", "limit": lim.UnauthenticatedTCP},
+				"connection refused: %d TCP connections are waiting to authenticate already", lim.UnauthenticatedTCP)
+		}
+		s.unauth[t.c] = struct{}{}
+	case kindControl:
+		s.control++
 	}
 	s.conns[t] = struct{}{}
-	if perUID {
-		s.perUID[t.uid]++
-	}
 	s.connWG.Add(1)
 	return nil
+}
+
+// authenticated takes a TCP connection that presented the token out of
+// the unauthenticated ones (rpc.Options.OnAuthenticated).
+func (s *Server) authenticated(rwc io.ReadWriteCloser) {
+	s.mu.Lock()
+	delete(s.unauth, rwc)
+	s.mu.Unlock()
 }
 
 func (s *Server) untrack(t *tracked) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, t)
-	if t.uid >= 0 {
+	switch t.kind {
+	case kindAgent:
 		if s.perUID[t.uid]--; s.perUID[t.uid] <= 0 {
 			delete(s.perUID, t.uid)
 		}
+	case kindTCP:
+		delete(s.unauth, t.c)
+	case kindControl:
+		s.control--
 	}
 }
 

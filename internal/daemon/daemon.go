@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -83,14 +84,19 @@ type Server struct {
 	finished   chan struct{}
 	finishOnce sync.Once
 
-	// mu guards serving, conns, perUID, draining and each tracked.face.
-	// Lock order: mu before shedder.mu; no I/O is done under mu except
-	// closing connections.
+	// mu guards serving, conns, control, perUID, unauth, draining and
+	// each tracked.face. Lock order: mu before shedder.mu; no I/O is done
+	// under mu except closing connections.
 	mu       sync.Mutex
 	serving  bool
 	draining bool // set by Shutdown and Close: no connection enters a face
 	conns    map[*tracked]struct{}
-	perUID   map[int]int
+	// control counts the control socket's connections in conns.
+	control int
+	// perUID counts the agent sockets' connections of each uid.
+	perUID map[int]int
+	// unauth holds the TCP connections that have not authenticated.
+	unauth map[io.ReadWriteCloser]struct{}
 }
 
 type listener struct {
@@ -105,8 +111,24 @@ type tracked struct {
 	uid   int    // -1 for TCP
 	agent string // the agent socket's name, "" for the shared sockets
 	mcp   bool   // accepted on an mcp.sock
-	face  bool   // handed to a face (guarded by Server.mu)
+	kind  connKind
+	face  bool // handed to a face (guarded by Server.mu)
 }
+
+// connKind says which connection caps count a connection, besides the
+// total.
+type connKind uint8
+
+const (
+	// kindAgent: the shared agent socket or a contained agent's; counted
+	// per uid, kept out of the control reserve.
+	kindAgent connKind = iota
+	// kindControl: the control socket; may use the control reserve.
+	kindControl
+	// kindTCP: loopback TCP; kept out of the control reserve, and
+	// counted as unauthenticated until it presents the token.
+	kindTCP
+)
 
 // New opens everything pcpd needs and binds its listeners; nothing is
 // accepted until Serve. On error, whatever was opened is closed again.
@@ -114,8 +136,17 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := cfg.Defaults(); err != nil {
 		return nil, err
 	}
+	configured := cfg.Limits.Connections
+	nofile := cfg.Limits.fitDescriptors()
+	cfg.Limits.clampCaps()
 	s := &Server{cfg: cfg, log: cfg.Logger, self: os.Getuid(), quit: make(chan struct{}), finished: make(chan struct{}),
-		conns: map[*tracked]struct{}{}, perUID: map[int]int{}}
+		conns: map[*tracked]struct{}{}, perUID: map[int]int{}, unauth: map[io.ReadWriteCloser]struct{}{}}
+	lim := cfg.Limits
+	if lim.Connections < configured {
+		s.log.Warn("connection cap lowered to fit the file descriptor limit", "nofile", nofile, "configured", configured, "connections", lim.Connections)
+	}
+	s.log.Info("connection caps", "connections", lim.Connections, "control_reserve", lim.ControlReserve,
+		"per_uid", lim.ConnectionsPerUID, "unauthenticated_tcp", lim.UnauthenticatedTCP, "nofile", nofile)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -165,12 +196,12 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lim := cfg.Limits
 	s.lineBudget = deadline.NewBudget(lim.LineMemory)
 	s.face = rpc.NewServer(s.b, rpc.Options{MaxLine: cfg.MaxLine, Token: token, Logger: s.log,
 		AuthTimeout: lim.Auth, AuthMaxLine: lim.AuthMaxLine,
 		AuthFailuresPerSecond: lim.AuthFailuresPerSecond, AuthFailureBurst: lim.AuthFailureBurst,
-		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: s.lineBudget})
+		IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message), LineBudget: s.lineBudget,
+		OnAuthenticated: s.authenticated})
 	s.stream = stream.NewServer(s.b, stream.Options{Logger: s.log, IdleTimeout: off(lim.Idle), MessageTimeout: off(lim.Message)})
 	if err := s.listen(); err != nil {
 		return nil, err

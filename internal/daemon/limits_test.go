@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -92,6 +93,14 @@ func TestConnectionCaps(t *testing.T) {
 		{"per uid", Limits{ConnectionsPerUID: 3, Connections: 100}, "connections_per_uid"},
 		{"total", Limits{ConnectionsPerUID: 100, Connections: 3}, "connections"},
 	} {
+		// The per-uid cap is the agent socket's; the control socket
+		// (too small a total for a reserve here) meets the total.
+		sock := func(r *served) string {
+			if tc.scope == "connections_per_uid" {
+				return r.cfg.Socket
+			}
+			return r.cfg.ControlSocket
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			r := serve(t, Config{Limits: tc.limits})
 			ctx := context.Background()
@@ -111,7 +120,7 @@ func TestConnectionCaps(t *testing.T) {
 				}
 				held = append(held, c)
 			}
-			extra, err := net.Dial("unix", r.cfg.ControlSocket)
+			extra, err := net.Dial("unix", sock(r))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,6 +144,99 @@ func TestConnectionCaps(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The control socket keeps slots that neither TCP nor the agent sockets
+// can take: with unauthenticated TCP at its own budget, the agent
+// socket's uid at its cap and authenticated TCP holding the rest, the
+// user is still served on the control socket.
+func TestControlSocketReserveAndTCPBudget(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r, addr, token := tcpServer(t, Limits{Connections: 16, ControlReserve: 4, ConnectionsPerUID: 5, UnauthenticatedTCP: 4})
+	ctx := context.Background()
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	dialTCP := func() {
+		t.Helper()
+		c, err := client.DialTCP(ctx, addr, token, client.Options{})
+		if err != nil {
+			t.Fatalf("authenticated TCP client %d: %v", len(held), err)
+		}
+		held = append(held, c)
+	}
+	serve := func(sock string) {
+		t.Helper()
+		c, err := client.Dial(ctx, sock, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if _, err := c.Health(ctx); err != nil {
+			t.Fatalf("connection %d on %s: %v", len(held), filepath.Base(sock), err)
+		}
+	}
+	refused := func(network, address, scope string, limit int) {
+		t.Helper()
+		c, err := net.Dial(network, address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		e := readRefusal(t, c)
+		if d := dataOf(e); e.Code != api.CodeRateLimited || d["scope"] != scope || d["limit"] != float64(limit) {
+			t.Errorf("%s %s: %+v, want RATE_LIMITED scope %s limit %d", network, filepath.Base(address), e, scope, limit)
+		}
+	}
+	rawTCP := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		return c
+	}
+	// Authenticated TCP clients leave the unauthenticated budget...
+	dialTCP()
+	dialTCP()
+	// ...which 4 connections that never authenticate fill, whoever
+	// they are.
+	first := rawTCP()
+	for range 3 {
+		rawTCP()
+	}
+	refused("tcp", addr, "tcp_unauthenticated", 4)
+	// The agent socket's uid has its own cap.
+	for range 5 {
+		serve(r.cfg.Socket)
+	}
+	refused("unix", r.cfg.Socket, "connections_per_uid", 5)
+	// A connection that authenticates frees its place in the budget.
+	fmt.Fprintf(first, `{"jsonrpc":"2.0","id":1,"method":"session.authenticate","params":{"token":%q}}`+"\n", token)
+	first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(first).ReadString('\n'); !strings.Contains(line, `"authenticated":true`) {
+		t.Fatalf("authenticating a raw TCP connection: %q, %v", line, err)
+	}
+	// One more fills what the control reserve leaves (12): TCP (refused
+	// after it by the same accept loop) and the agent socket are refused.
+	rawTCP()
+	refused("tcp", addr, "connections", 12)
+	refused("unix", r.cfg.Socket, "connections", 12)
+	if _, err := client.DialTCP(ctx, addr, token, client.Options{}); !errors.Is(err, api.ErrRateLimited) {
+		t.Errorf("a TCP client beyond the shared connections: %v, want RATE_LIMITED", err)
+	}
+	// The user is served in the reserve, up to the total.
+	for range 4 {
+		serve(r.cfg.ControlSocket)
+	}
+	if _, err := held[len(held)-1].(*client.Client).ConfirmList(ctx); err != nil {
+		t.Errorf("confirm.list on the control socket: %v", err)
+	}
+	refused("unix", r.cfg.ControlSocket, "connections", 16)
 }
 
 // waitFor polls cond until it holds, for at most 10 s: for a state the
@@ -192,7 +294,7 @@ func TestTCPUnauthenticatedIsClosed(t *testing.T) {
 
 // Before authentication a connection holds at most a small line: an
 // unterminated megabyte costs the daemon no line buffer, and the
-// connection is closed when its time to authenticate is up.
+// connection is answered and hung up on once the line crosses 4 KiB.
 func TestTCPMemoryBeforeAuthentication(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	r, addr, _ := tcpServer(t, Limits{Auth: 2 * time.Second})
@@ -224,6 +326,31 @@ func TestTCPMemoryBeforeAuthentication(t *testing.T) {
 			t.Errorf("an unauthenticated connection got a result: %s", out)
 		}
 	}
+}
+
+// An oversized first line on TCP, without its newline, is answered as
+// soon as it crosses the 4 KiB bound, and the connection is hung up; the
+// daemon neither reads the rest nor waits for the authentication
+// deadline.
+func TestTCPLongFirstLineAnsweredAtOnce(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	_, addr, _ := tcpServer(t, Limits{Auth: 5 * time.Second})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, `{"jsonrpc":"2.0","id":3,"method":"session.authenticate","params":{"token":"%s`, strings.Repeat("x", 8<<10))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if want := `{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"line exceeds the limit of 4096 bytes; closing","data":{"limit":4096}}}` + "\n"; line != want {
+		t.Fatalf("an unterminated 8 KiB first line: %q, %v; want %q", line, err, want)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("answered after %v, want at once (the authentication deadline is 5s)", d)
+	}
+	waitEOF(t, c, 2*time.Second)
 }
 
 // Tokens cannot be checked in bulk: the first message is answered alone
@@ -360,16 +487,81 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+// Under a descriptor limit below the connection caps, the caps are
+// lowered to fit it: connections that each send one request and then
+// stay silent (so no first-byte deadline ends them) cannot use up the
+// descriptors, a well-behaved client on the agent socket is refused at
+// once with a coded error instead of waiting in the listen queue, and
+// the user is served on the control socket. pcpd runs in a child with
+// RLIMIT_NOFILE at 128 and the default caps (1024 in all, 512 per uid).
+func TestDescriptorLimitLowersTheCaps(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pcpd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	_, stderr := startNofileChild(t, dir, 128, -1)
+	sock, control := filepath.Join(dir, "pcp.sock"), filepath.Join(dir, "control.sock")
+	const attackers = 200 // past 128 descriptors
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range attackers {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatalf("attacker connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintln(c, `{"jsonrpc":"2.0","id":1,"method":"health.check"}`)
+	}
+	// Once the daemon has caught up (the last attacker's connection
+	// has been answered, served or refused), nothing is left waiting.
+	c := conns[len(conns)-1]
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Errorf("the last attacker's connection: %q, %v; want an answer", line, err)
+	}
+	health := func(sock string) (*api.HealthResult, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, sock, client.Options{})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return c.Health(ctx)
+	}
+	start := time.Now()
+	if _, err := health(sock); err != nil && !errors.Is(err, api.ErrRateLimited) {
+		t.Errorf("health.check on the agent socket beside %d silent connections: %v, want an answer or RATE_LIMITED", attackers, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("health.check on the agent socket took %v, want at once", d)
+	}
+	if h, err := health(control); err != nil || h.Status == "" {
+		t.Errorf("health.check on the control socket: %+v, %v; want it served", h, err)
+	}
+	log := stderr.String()
+	if !strings.Contains(log, "connection cap lowered") || !strings.Contains(log, "connections=64") || !strings.Contains(log, "nofile=128") {
+		t.Errorf("the daemon's log does not name the lowered caps:\n%s", log)
+	}
+}
+
 // Accept errors back off instead of spinning, the log stays small, and
 // once the connections that used up the descriptors are gone the daemon
-// answers again. pcpd runs in a child with RLIMIT_NOFILE lowered.
+// answers again. pcpd runs in a child with RLIMIT_NOFILE lowered, and
+// something other than connections (the child itself) takes all but a
+// few descriptors, since the caps keep connections from using them up.
 func TestAcceptBacksOffWhenDescriptorsRunOut(t *testing.T) {
 	dir, err := os.MkdirTemp("", "pcpd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	child, stderr := startNofileChild(t, dir, 64)
+	child, stderr := startNofileChild(t, dir, 64, 4)
 	sock := filepath.Join(dir, "pcp.sock")
 	var conns []net.Conn
 	defer func() {

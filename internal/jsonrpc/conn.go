@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
@@ -86,7 +87,8 @@ type Options struct {
 // lines bounded to MaxLine. It is served on the read loop, so nothing
 // after it is read until it is answered. If it is anything else, or the
 // handler answers it with an error, the answer is sent and the
-// connection closed; a connection that has not passed within Timeout is
+// connection closed; a line over MaxLine is answered as soon as its
+// MaxLine+1st byte arrives, without waiting for its newline; a connection that has not passed within Timeout is
 // closed. Once it has passed, lines are bounded by Options.MaxLine.
 type Gate struct {
 	Method  string
@@ -124,6 +126,15 @@ type Conn struct {
 	// pmu guards pending.
 	pmu     sync.Mutex
 	pending map[string]chan *Message
+	// lastWords is the peer's last message when it was an error with a
+	// null id (a refusal written before hanging up); any later message
+	// clears it. Run stores it before it reads the next line, so it is
+	// set before the connection closes on the peer's EOF. Once the
+	// connection has closed, calls fail with it (closeError).
+	lastWords atomic.Pointer[api.Error]
+	// gone is set once a write found the peer gone (peerGone); Run then
+	// reads on for its last words, for at most goneGrace.
+	gone sync.Once
 
 	handlers sync.WaitGroup
 	// inFlight counts the peer's requests (batches count once) dispatched
@@ -249,6 +260,18 @@ func (c *Conn) Run() error {
 	}
 	for {
 		line, err := lr.ReadLine()
+		if err == ErrLineCut {
+			// Only the gate cuts lines: answer now, not when the
+			// newline or the gate's timeout comes, and hang up.
+			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
+				Code:    api.CodeInvalidRequest,
+				Message: fmt.Sprintf("line exceeds the limit of %d bytes; closing", lr.Max()),
+				Data:    map[string]any{"limit": lr.Max()},
+			})
+			c.hangUp()
+			eof = true
+			return nil
+		}
 		if err == ErrNoLineBudget || err == ErrLineTooLong {
 			c.refuseLine(lr, err)
 			if gated && !c.gatePassed.Load() {
@@ -275,9 +298,11 @@ func (c *Conn) Run() error {
 				return nil
 			}
 			lr.SetMax(c.opts.MaxLine)
+			lr.Cut = false
 			continue
 		}
 		d := Decode(line)
+		c.noteLastWords(d)
 		if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
 			c.protocolError(nil, &api.Error{
 				Code:    api.CodeInvalidRequest,
@@ -384,6 +409,9 @@ func (c *Conn) lineReader() (lr *LineReader, gated bool) {
 		max = min(max, c.opts.Gate.MaxLine)
 	}
 	lr = NewLineReader(src, max)
+	// Before the gate, a line over its bound is answered as soon as the
+	// bound is crossed: the connection is hung up on it anyway.
+	lr.Cut = gated
 	lr.Deadlines = dl
 	lr.Budget = c.opts.LineBudget
 	return lr, gated
@@ -594,7 +622,11 @@ func (c *Conn) writeLine(b []byte) error {
 		d.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
 	}
 	if err := c.bw.Flush(); err != nil {
-		c.Close()
+		if peerGone(err) {
+			c.closeAfterGone()
+		} else {
+			c.Close()
+		}
 		return err
 	}
 	return nil
@@ -604,6 +636,58 @@ func (c *Conn) writeLine(b []byte) error {
 // peer answered. It wraps net.ErrClosed, so callers that know nothing of
 // this package can test for it.
 var ErrClosed = fmt.Errorf("jsonrpc: connection closed: %w", net.ErrClosed)
+
+// ClosedError is what Call fails with when the peer's last message before
+// the connection closed was an error with a null id: the reason it hung
+// up (pcpd refusing a connection over a limit, a line that did not arrive
+// in time). It reads as that error and matches both it and ErrClosed
+// with errors.Is and errors.As.
+type ClosedError struct {
+	Reason *api.Error
+}
+
+func (e *ClosedError) Error() string   { return e.Reason.Error() }
+func (e *ClosedError) Unwrap() []error { return []error{e.Reason, ErrClosed} }
+
+// noteLastWords keeps d as the peer's last words if it is a single error
+// response with a null id, and forgets earlier ones otherwise.
+func (c *Conn) noteLastWords(d Decoded) {
+	var e *api.Error
+	if !d.Batch && len(d.Messages) == 1 && len(d.Errors) == 0 {
+		if m := d.Messages[0]; m.IsResponse() && m.Error != nil && string(m.ID) == "null" {
+			e = m.Error
+		}
+	}
+	if e != nil || c.lastWords.Load() != nil {
+		c.lastWords.Store(e)
+	}
+}
+
+// closeError is what a call fails with once the connection has closed.
+func (c *Conn) closeError() error {
+	e := c.lastWords.Load()
+	if e == nil {
+		return ErrClosed
+	}
+	return &ClosedError{Reason: e}
+}
+
+// goneGrace bounds how long a connection whose peer has gone is read on
+// for what the peer sent before it went.
+const goneGrace = time.Second
+
+// peerGone reports a write that failed because the peer closed its end.
+func peerGone(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// closeAfterGone handles a write that found the peer gone. Closing at
+// once would discard what the peer wrote before it hung up and is still
+// unread (pcpd's refusal of a connection over a limit), so Run reads on
+// to the end, and the connection is closed after goneGrace regardless.
+func (c *Conn) closeAfterGone() {
+	c.gone.Do(func() { time.AfterFunc(goneGrace, func() { c.Close() }) })
+}
 
 // Call sends a request and decodes the result into result (which may be
 // nil or a *json.RawMessage). An error response is returned as *api.Error.
@@ -622,18 +706,24 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	c.pmu.Lock()
 	if c.ctx.Err() != nil {
 		c.pmu.Unlock()
-		return ErrClosed
+		return c.closeError()
 	}
 	c.pending[key] = ch
 	c.pmu.Unlock()
 	if err := c.writeLine(AppendRequest(nil, id, method, pb)); err != nil {
 		c.forget(key)
-		return ErrClosed
+		// The peer may have hung up with a reason still to be read.
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return c.closeError()
 	}
 	select {
 	case m, ok := <-ch:
 		if !ok {
-			return ErrClosed
+			return c.closeError()
 		}
 		if m.Error != nil {
 			return m.Error

@@ -286,3 +286,87 @@ func TestBatchBounds(t *testing.T) {
 		t.Errorf("%d requests of one batch ran at once, want %d", p, batchParallel)
 	}
 }
+
+// wroteConn signals each Write that has returned.
+type wroteConn struct {
+	*net.UnixConn
+	wrote chan error
+}
+
+func (c *wroteConn) Write(p []byte) (int, error) {
+	n, err := c.UnixConn.Write(p)
+	c.wrote <- err
+	return n, err
+}
+
+// A peer that writes an error with a null id and hangs up (pcpd refusing
+// a connection over a limit) is heard: calls fail with that error, not
+// with a bare "connection closed", whether they were sent before the
+// refusal was read, after the connection closed, or into the closed
+// socket before the read loop got to the refusal.
+func TestCallFailsWithThePeersLastWords(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	const refusal = `{"jsonrpc":"2.0","id":null,"error":{"code":-32018,"message":"connection refused: full","data":{"scope":"connections","limit":3}}}` + "\n"
+	check := func(t *testing.T, err error) {
+		t.Helper()
+		var e *api.Error
+		if !errors.As(err, &e) || e.Code != api.CodeRateLimited || e.Message != "connection refused: full" {
+			t.Errorf("call on a refused connection: %v, want the peer's RATE_LIMITED refusal", err)
+		}
+		if !errors.Is(err, ErrClosed) || !errors.Is(err, net.ErrClosed) {
+			t.Errorf("%v does not match ErrClosed", err)
+		}
+	}
+	refuse := func(peer *net.UnixConn) {
+		io.WriteString(peer, refusal)
+		peer.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Run("pending", func(t *testing.T) {
+		a, b := pair(t)
+		c := NewConn(a, Options{})
+		go c.Run()
+		defer c.Close()
+		errc := make(chan error, 1)
+		go func() { errc <- c.Call(ctx, "health.check", nil, nil) }()
+		bufio.NewReader(b).ReadString('\n') // the request arrived
+		refuse(b)
+		check(t, <-errc)
+	})
+	t.Run("after the close", func(t *testing.T) {
+		a, b := pair(t)
+		c := NewConn(a, Options{})
+		refuse(b)
+		go c.Run()
+		<-c.Done()
+		check(t, c.Call(ctx, "health.check", nil, nil))
+	})
+	t.Run("written into the closed socket", func(t *testing.T) {
+		a, b := pair(t)
+		wc := &wroteConn{UnixConn: a, wrote: make(chan error, 4)}
+		c := NewConn(wc, Options{})
+		defer c.Close()
+		refuse(b)
+		errc := make(chan error, 1)
+		go func() { errc <- c.Call(ctx, "health.check", nil, nil) }()
+		if err := <-wc.wrote; err == nil {
+			t.Fatal("writing to a closed peer succeeded")
+		}
+		go c.Run() // only now is the refusal read
+		check(t, <-errc)
+	})
+	t.Run("earlier null-id errors are forgotten", func(t *testing.T) {
+		a, b := pair(t)
+		c := NewConn(a, Options{})
+		go c.Run()
+		errc := make(chan error, 1)
+		go func() { errc <- c.Call(ctx, "health.check", nil, nil) }()
+		bufio.NewReader(b).ReadString('\n')
+		io.WriteString(b, refusal+`{"jsonrpc":"2.0","method":"note"}`+"\n")
+		b.Close()
+		if err := <-errc; err != ErrClosed {
+			t.Errorf("call after a null-id error followed by another message: %v, want ErrClosed", err)
+		}
+	})
+}

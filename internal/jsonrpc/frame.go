@@ -21,6 +21,11 @@ var ErrLineTooLong = errors.New("jsonrpc: line too long")
 // been skipped and the stream is in sync.
 var ErrNoLineBudget = errors.New("jsonrpc: no memory budget left for a long line")
 
+// ErrLineCut reports a line over the bound of a reader with Cut set: it
+// is reported as soon as the bound is crossed, without reading on to the
+// newline, so the stream is out of sync and the caller must hang up.
+var ErrLineCut = errors.New("jsonrpc: line too long; not read to its end")
+
 // LineReader reads newline-delimited messages, each at most max bytes
 // (excluding the newline). It is not safe for concurrent use.
 //
@@ -42,6 +47,11 @@ type LineReader struct {
 	// Deadlines, if set, is the deadline reader below r (src): ReadLine
 	// tells it where each line begins.
 	Deadlines *deadline.Reader
+	// Cut, when set, makes a line over the bound end the reading: no
+	// byte past the bound (and its buffer) is read, and ReadLine returns
+	// ErrLineCut, for a connection that is hung up on an oversized line
+	// anyway and need not wait for its newline.
+	Cut bool
 	// Skipped is the size of the last oversized line, for error data.
 	Skipped int64
 	// SkippedPrefix holds the first bytes of the last oversized line, so
@@ -144,8 +154,8 @@ func (l *LineReader) reserve(n int) bool {
 // ReadLine returns the next line without its newline. The slice is valid
 // until the next call. A final line without a newline is returned before
 // io.EOF. A line over the bound yields ErrLineTooLong after it has been
-// consumed; a long line the Budget cannot hold yields ErrNoLineBudget,
-// likewise.
+// consumed (ErrLineCut at once when Cut is set); a long line the Budget
+// cannot hold yields ErrNoLineBudget, likewise.
 func (l *LineReader) ReadLine() ([]byte, error) {
 	l.release()
 	if l.Deadlines != nil {
@@ -174,6 +184,11 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 	}
 	// The line is longer than the buffer: gather it up to the bound.
 	if len(line) > l.max {
+		if l.Cut {
+			l.keepPrefix(line)
+			l.Skipped = int64(len(line))
+			return nil, ErrLineCut
+		}
 		return l.skip(int64(len(line)), line, ErrLineTooLong)
 	}
 	if !l.reserve(len(line)) {
@@ -190,6 +205,10 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 			total := int64(len(l.buf) + n)
 			l.keepPrefix(append(l.buf, line[:min(n, prefixSize)]...))
 			l.release()
+			if l.Cut {
+				l.Skipped = total
+				return nil, ErrLineCut
+			}
 			if err == nil {
 				l.Skipped = total
 				return nil, ErrLineTooLong

@@ -111,6 +111,20 @@ func TestGate(t *testing.T) {
 			}
 		})
 	}
+	// An oversized first line is answered when the bound is crossed, not
+	// when its newline (which may never come) or the gate's timeout does.
+	t.Run("too long, unterminated", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			peer, rd, _ := serveTest(t, Options{Handler: auth, Gate: gate})
+			go io.WriteString(peer, `{"jsonrpc":"2.0","id":7,"method":"auth","params":{"t":"`+strings.Repeat("x", 1000))
+			start := time.Now()
+			out, _ := io.ReadAll(rd)
+			want := `{"jsonrpc":"2.0","id":7,"error":{"code":-32600,"message":"line exceeds the limit of 64 bytes; closing","data":{"limit":64}}}` + "\n"
+			if string(out) != want || time.Since(start) != 0 {
+				t.Errorf("after %v: %q, want at once %q, then the close", time.Since(start), out, want)
+			}
+		})
+	})
 	t.Run("passed", func(t *testing.T) {
 		peer, rd, _ := serveTest(t, Options{Handler: auth, Gate: gate})
 		go io.WriteString(peer, `{"jsonrpc":"2.0","id":1,"method":"auth","params":{"t":"right"}}`+"\n"+

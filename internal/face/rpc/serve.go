@@ -44,6 +44,11 @@ type Options struct {
 	// LineBudget bounds the memory of long lines of all connections.
 	LineBudget *deadline.Budget
 	Logger     *slog.Logger
+	// OnAuthenticated, if set, is told when a connection that needs the
+	// token (the rwc ServeConn was given) presents the right one; it may
+	// be told more than once of one connection. The daemon counts
+	// unauthenticated TCP connections apart.
+	OnAuthenticated func(rwc io.ReadWriteCloser)
 }
 
 // Defaults of Options.
@@ -93,7 +98,7 @@ const maxAuthFailures = 3
 // closed, and one that has not authenticated within AuthTimeout is
 // closed.
 func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error {
-	h := &handler{srv: s}
+	h := &handler{srv: s, rwc: rwc}
 	opts := jsonrpc.Options{
 		Handler: h,
 		MaxLine: s.opts.MaxLine,
@@ -120,6 +125,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error 
 
 type handler struct {
 	srv      *Server
+	rwc      io.ReadWriteCloser
 	conn     *jsonrpc.Conn
 	sess     *core.Session
 	failures atomic.Int32
@@ -167,6 +173,9 @@ func (h *handler) authenticate(ctx context.Context, raw json.RawMessage) (any, e
 		// The right token is never throttled: a flood of wrong ones from
 		// another local process cannot lock the real client out.
 		h.sess.MarkAuthenticated()
+		if f := h.srv.opts.OnAuthenticated; f != nil {
+			f(h.rwc)
+		}
 		return &api.SessionAuthenticateResult{Authenticated: true}, nil
 	}
 	if err := h.tarpit(ctx); err != nil {
