@@ -1,7 +1,9 @@
 // Package golden is what the project's golden-file tests share: the
-// -update flag, one subtest per transcript file, and reading and
-// rewriting the sections of a txtar archive. Each test keeps its own line
-// format; this package knows only files. Only tests import it.
+// -update flag, one subtest per transcript file, reading and rewriting
+// the sections of a txtar archive, and playing a transcript of named
+// connections against a face (transcript.go; line connections in
+// lines.go). What a line's text means stays with each face's test. Only
+// tests import it.
 package golden
 
 import (

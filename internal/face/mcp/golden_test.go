@@ -1,15 +1,11 @@
 package mcp
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"io"
+	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,18 +43,10 @@ import (
 func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
 
 type goldenEnv struct {
-	t     *testing.T
 	clk   *testkit.Clock
 	face  *Server
 	rpc   *rpc.Server
-	conns map[string]*goldenConn
-	wg    sync.WaitGroup
-}
-
-type goldenConn struct {
-	c      net.Conn
-	rd     *bufio.Reader
-	served chan struct{}
+	conns *golden.Lines
 }
 
 func runGolden(t *testing.T, file string) {
@@ -81,98 +69,22 @@ func runGolden(t *testing.T, file string) {
 	env := newGoldenEnv(t, maxLine)
 	defer env.close()
 
-	var out bytes.Buffer
-	lines := ar.Lines("transcript")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		name, op, rest, ok := parseLine(line)
-		if !ok {
-			out.WriteString(line + "\n")
-			continue
+	ar.Play(t, golden.Script{Conns: mcpConns{env.conns}, Clock: env.clk})
+}
+
+// mcpConns reads "NAME> @N" as a request of N bytes; every other line
+// goes on the wire as written.
+type mcpConns struct{ *golden.Lines }
+
+func (c mcpConns) Send(name, text string) error {
+	if n, ok := strings.CutPrefix(text, "@"); ok {
+		size, err := strconv.Atoi(n)
+		if err != nil {
+			return fmt.Errorf("bad size %q", n)
 		}
-		switch op {
-		case '>':
-			if n, ok := strings.CutPrefix(rest, "@"); ok {
-				size, err := strconv.Atoi(n)
-				if err != nil {
-					t.Fatalf("%s:%d: bad size %q", file, i+1, n)
-				}
-				rest = paddedRequest(size)
-				env.conn(name).send(t, rest)
-				out.WriteString(line + "\n")
-				continue
-			}
-			env.conn(name).send(t, rest)
-			out.WriteString(line + "\n")
-		case '<':
-			want := []string{rest}
-			for i+1 < len(lines) {
-				n2, op2, rest2, ok2 := parseLine(lines[i+1])
-				if !ok2 || n2 != name || op2 != '<' {
-					break
-				}
-				want = append(want, rest2)
-				i++
-			}
-			var got []string
-			for range want {
-				g, err := env.conn(name).recv()
-				if err != nil {
-					t.Errorf("%s:%d: %s: reading reply: %v (want %s)", file, i+1, name, err, want[len(got)])
-					if !*golden.Update {
-						return
-					}
-					g = "?"
-				}
-				got = append(got, g)
-			}
-			if !sameLines(got, want) {
-				if !*golden.Update {
-					t.Errorf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
-					return
-				}
-				want = got
-			}
-			for _, w := range want {
-				out.WriteString(name + "< " + w + "\n")
-			}
-		case '!':
-			if name == "clock" {
-				d, err := time.ParseDuration(strings.TrimPrefix(rest, "advance "))
-				if err != nil || !strings.HasPrefix(rest, "advance ") {
-					t.Fatalf("%s:%d: clock directive %q, want 'advance DURATION'", file, i+1, rest)
-				}
-				env.clk.Advance(d)
-				out.WriteString(line + "\n")
-				continue
-			}
-			switch rest {
-			case "close":
-				gc := env.conn(name)
-				gc.c.Close()
-				delete(env.conns, name)
-				select {
-				case <-gc.served:
-				case <-time.After(5 * time.Second):
-					t.Fatalf("%s:%d: the face still serves %s 5s after it closed", file, i+1, name)
-				}
-			case "closed":
-				gc := env.conn(name)
-				gc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if extra, err := gc.rd.ReadString('\n'); err != io.EOF {
-					t.Fatalf("%s:%d: %s: got %q, %v; want the face to have closed the connection", file, i+1, name, extra, err)
-				}
-				gc.c.Close()
-				delete(env.conns, name)
-			default:
-				t.Fatalf("%s:%d: unknown directive %q", file, i+1, rest)
-			}
-			out.WriteString(line + "\n")
-		}
+		text = paddedRequest(size)
 	}
-	if *golden.Update {
-		ar.Save(t, "transcript", out.Bytes())
-	}
+	return c.Lines.Send(name, text)
 }
 
 // paddedRequest is a tools/call line of exactly size bytes.
@@ -180,27 +92,6 @@ func paddedRequest(size int) string {
 	head := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"pcp_search","arguments":{"query":"`
 	tail := `"}}}`
 	return head + strings.Repeat("x", max(size-len(head)-len(tail), 0)) + tail
-}
-
-func sameLines(got, want []string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	a, b := slices.Clone(got), slices.Clone(want)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
-}
-
-func parseLine(line string) (name string, op byte, rest string, ok bool) {
-	if line == "" || line[0] == '#' {
-		return "", 0, "", false
-	}
-	i := strings.IndexAny(line, "<>!")
-	if i <= 0 || i+1 >= len(line) || line[i+1] != ' ' {
-		return "", 0, "", false
-	}
-	return line[:i], line[i], line[i+2:], true
 }
 
 // newBroker is a broker with a fixed clock, deterministic ids, unsigned
@@ -230,58 +121,32 @@ func newBroker(t testing.TB, clk *testkit.Clock) *core.Broker {
 func newGoldenEnv(t *testing.T, maxLine int) *goldenEnv {
 	clk := testkit.NewClock(testkit.GoldenTime)
 	b := newBroker(t, clk)
-	return &goldenEnv{t: t, clk: clk,
+	e := &goldenEnv{clk: clk,
 		// Progress after the first notification would depend on the
 		// wall clock; transcripts see only the first.
-		face:  New(b, Options{MaxLine: maxLine, ProgressInterval: time.Hour}),
-		rpc:   rpc.NewServer(b, rpc.Options{}),
-		conns: map[string]*goldenConn{}}
+		face: New(b, Options{MaxLine: maxLine, ProgressInterval: time.Hour}),
+		rpc:  rpc.NewServer(b, rpc.Options{})}
+	e.conns = golden.NewLines(t, e.serve)
+	return e
 }
 
-func (e *goldenEnv) conn(name string) *goldenConn {
-	if c, ok := e.conns[name]; ok {
-		return c
-	}
-	client, server := testkit.SocketPair(e.t)
+// serve serves connection name: names starting with "mcp" on the MCP
+// face, the others on the JSON-RPC face, those starting with "user" as
+// the user's control socket.
+func (e *goldenEnv) serve(name string, c net.Conn) {
 	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
 	if strings.HasPrefix(name, "user") {
 		info.Role = core.RoleUser
 	}
-	gc := &goldenConn{c: client, rd: bufio.NewReaderSize(client, 1<<20), served: make(chan struct{})}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		defer close(gc.served)
-		if strings.HasPrefix(name, "mcp") {
-			e.face.ServeConn(server, info)
-		} else {
-			e.rpc.ServeConn(server, info)
-		}
-	}()
-	e.conns[name] = gc
-	return gc
+	if strings.HasPrefix(name, "mcp") {
+		e.face.ServeConn(c, info)
+	} else {
+		e.rpc.ServeConn(c, info)
+	}
 }
 
+// close lets go of every connection, then of the face.
 func (e *goldenEnv) close() {
-	for _, c := range e.conns {
-		c.c.Close()
-	}
-	e.wg.Wait()
+	e.conns.CloseAll()
 	e.face.Close()
-}
-
-func (c *goldenConn) send(t *testing.T, line string) {
-	c.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.c.Write([]byte(line + "\n")); err != nil {
-		t.Fatalf("send: %v", err)
-	}
-}
-
-func (c *goldenConn) recv() (string, error) {
-	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	line, err := c.rd.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(line, "\n"), nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/golden"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/stored"
 	"github.com/pcp-dev/pcp/internal/testkit"
@@ -48,10 +49,11 @@ func newAbuseEnv(t *testing.T, st *store.Store, limits core.RateLimits) *abuseEn
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &goldenEnv{t: t, clk: clk, srv: NewServer(b, Options{Token: "test-token"}), conns: map[string]*goldenConn{}}
+	g := &goldenEnv{clk: clk, srv: NewServer(b, Options{Token: "test-token"})}
+	g.conns = golden.NewLines(t, g.serve)
 	t.Cleanup(func() {
 		b.Close()
-		g.close()
+		g.conns.CloseAll()
 	})
 	return &abuseEnv{goldenEnv: g, st: st, b: b}
 }
@@ -64,8 +66,20 @@ func (e *abuseEnv) dial(user bool) *goldenConn {
 	if user {
 		name = "user" + name
 	}
-	return e.conn(name)
+	return &goldenConn{e.conns.Conn(name)}
 }
+
+// goldenConn is one connection of a golden environment, driven by hand.
+type goldenConn struct{ *golden.LineConn }
+
+func (c *goldenConn) send(t *testing.T, line string) {
+	t.Helper()
+	if err := c.Send(line); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+func (c *goldenConn) recv() (string, error) { return c.Recv() }
 
 // call sends one request and decodes its answer's result or error.
 func (c *goldenConn) call(t *testing.T, id int, method string, params any) (json.RawMessage, *api.Error) {
@@ -115,8 +129,8 @@ func flood(t *testing.T, c *goldenConn, n int, line func(i int) string) []string
 		for i := range n {
 			b.WriteString(line(i) + "\n")
 		}
-		c.c.SetWriteDeadline(time.Now().Add(20 * time.Second))
-		_, err := c.c.Write([]byte(b.String()))
+		c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		_, err := c.Write([]byte(b.String()))
 		errc <- err
 	}()
 	out := make([]string, 0, n)
@@ -411,8 +425,8 @@ func TestConfirmationFloodIsBounded(t *testing.T) {
 		t.Error("no request was refused with per=agent")
 	}
 	for _, c := range conns {
-		c.c.Close()
-		<-c.served
+		c.Close()
+		<-c.Served()
 	}
 	if n := pending(); n != 0 {
 		t.Errorf("%d confirmations still pending after their connections closed, want 0", n)

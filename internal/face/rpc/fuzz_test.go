@@ -13,6 +13,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/golden"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
@@ -31,7 +32,7 @@ func FuzzServeConn(f *testing.F) {
 		}
 		for _, tf := range ar.Files {
 			for _, line := range strings.Split(string(tf.Data), "\n") {
-				if _, op, rest, ok := parseLine(line); ok && op == '>' {
+				if _, op, rest, ok := golden.ParseLine(line); ok && op == '>' {
 					f.Add([]byte(rest + "\n"))
 				}
 			}

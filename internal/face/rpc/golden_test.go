@@ -1,17 +1,11 @@
 package rpc
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"io"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/golden"
@@ -44,19 +38,9 @@ import (
 func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
 
 type goldenEnv struct {
-	t     *testing.T
 	clk   *testkit.Clock
 	srv   *Server
-	conns map[string]*goldenConn
-	wg    sync.WaitGroup
-}
-
-type goldenConn struct {
-	c  net.Conn
-	rd *bufio.Reader
-	// served is closed when the face has finished with the connection
-	// (its session closed).
-	served chan struct{}
+	conns *golden.Lines
 }
 
 func runGolden(t *testing.T, file string) {
@@ -88,118 +72,9 @@ func runGolden(t *testing.T, file string) {
 		t.Setenv(k, "")
 	}
 	env := newGoldenEnv(t, allowUnsigned, maxLine, limits)
-	defer env.close()
+	defer env.conns.CloseAll()
 
-	var out bytes.Buffer
-	lines := ar.Lines("transcript")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		name, op, rest, ok := parseLine(line)
-		if !ok {
-			out.WriteString(line + "\n")
-			continue
-		}
-		switch op {
-		case '>':
-			env.conn(name).send(t, rest)
-			out.WriteString(line + "\n")
-		case '<':
-			// Consecutive lines a connection receives form a block whose
-			// order is not fixed: JSON-RPC orders neither replies nor
-			// notifications relative to each other.
-			want := []string{rest}
-			for i+1 < len(lines) {
-				n2, op2, rest2, ok2 := parseLine(lines[i+1])
-				if !ok2 || n2 != name || op2 != '<' {
-					break
-				}
-				want = append(want, rest2)
-				i++
-			}
-			var got []string
-			for range want {
-				g, err := env.conn(name).recv()
-				if err != nil {
-					t.Errorf("%s:%d: %s: reading reply: %v (want %s)", file, i+1, name, err, want[len(got)])
-					if !*golden.Update {
-						return
-					}
-					g = "?"
-				}
-				got = append(got, g)
-			}
-			if !sameLines(got, want) {
-				if !*golden.Update {
-					t.Errorf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
-					return
-				}
-				want = got
-			}
-			for _, w := range want {
-				out.WriteString(name + "< " + w + "\n")
-			}
-		case '!':
-			if name == "clock" {
-				d, err := time.ParseDuration(strings.TrimPrefix(rest, "advance "))
-				if err != nil || !strings.HasPrefix(rest, "advance ") {
-					t.Fatalf("%s:%d: clock directive %q, want 'advance DURATION'", file, i+1, rest)
-				}
-				env.clk.Advance(d)
-				out.WriteString(line + "\n")
-				continue
-			}
-			switch rest {
-			case "close":
-				gc := env.conn(name)
-				gc.c.Close()
-				delete(env.conns, name)
-				// The next line may depend on the daemon having let go
-				// of the connection (an adapter's surfaces gone).
-				select {
-				case <-gc.served:
-				case <-time.After(5 * time.Second):
-					t.Fatalf("%s:%d: the face still serves %s 5s after it closed", file, i+1, name)
-				}
-			case "closed":
-				// The face must have hung up: NAME reads EOF.
-				gc := env.conn(name)
-				gc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if extra, err := gc.rd.ReadString('\n'); err != io.EOF {
-					t.Fatalf("%s:%d: %s: got %q, %v; want the face to have closed the connection", file, i+1, name, extra, err)
-				}
-				gc.c.Close()
-				delete(env.conns, name)
-			default:
-				t.Fatalf("%s:%d: unknown directive %q", file, i+1, rest)
-			}
-			out.WriteString(line + "\n")
-		}
-	}
-	if *golden.Update {
-		ar.Save(t, "transcript", out.Bytes())
-	}
-}
-
-// sameLines reports whether got and want hold the same lines, in any order.
-func sameLines(got, want []string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	a, b := slices.Clone(got), slices.Clone(want)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
-}
-
-func parseLine(line string) (name string, op byte, rest string, ok bool) {
-	if line == "" || line[0] == '#' {
-		return "", 0, "", false
-	}
-	i := strings.IndexAny(line, "<>!")
-	if i <= 0 || i+1 >= len(line) || line[i+1] != ' ' {
-		return "", 0, "", false
-	}
-	return line[:i], line[i], line[i+2:], true
+	ar.Play(t, golden.Script{Conns: env.conns, Clock: env.clk})
 }
 
 func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.RateLimits) *goldenEnv {
@@ -229,14 +104,15 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		t.Fatal(err)
 	}
 	b.SetAgentEndpoints(goldenAgents{})
-	return &goldenEnv{t: t, clk: clk, srv: NewServer(b, Options{MaxLine: maxLine, Token: "test-token"}), conns: map[string]*goldenConn{}}
+	e := &goldenEnv{clk: clk, srv: NewServer(b, Options{MaxLine: maxLine, Token: "test-token"})}
+	e.conns = golden.NewLines(t, e.serve)
+	return e
 }
 
-func (e *goldenEnv) conn(name string) *goldenConn {
-	if c, ok := e.conns[name]; ok {
-		return c
-	}
-	client, server := testkit.SocketPair(e.t)
+// serve serves connection name: names starting with "user" on the
+// user's control socket, "agent.NAME" on agent NAME's own socket, "tcp"
+// on TCP with a bearer token, every other name on the agent socket.
+func (e *goldenEnv) serve(name string, c net.Conn) {
 	info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4242}
 	switch {
 	case strings.HasPrefix(name, "user"):
@@ -247,15 +123,7 @@ func (e *goldenEnv) conn(name string) *goldenConn {
 	case strings.HasPrefix(name, "tcp"):
 		info = core.SessionInfo{Role: core.RoleAgent, Transport: "tcp", Remote: "127.0.0.1:50000", NeedsAuth: true, UID: -1, PID: -1}
 	}
-	gc := &goldenConn{c: client, rd: bufio.NewReaderSize(client, 1<<20), served: make(chan struct{})}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		defer close(gc.served)
-		e.srv.ServeConn(server, info)
-	}()
-	e.conns[name] = gc
-	return gc
+	e.srv.ServeConn(c, info)
 }
 
 // goldenAgents stands in for the daemon's agent sockets: the transcript
@@ -267,26 +135,3 @@ func (goldenAgents) OpenAgent(name string) (string, []string, []string, error) {
 }
 
 func (goldenAgents) CloseAgent(string) int { return 1 }
-
-func (e *goldenEnv) close() {
-	for _, c := range e.conns {
-		c.c.Close()
-	}
-	e.wg.Wait()
-}
-
-func (c *goldenConn) send(t *testing.T, line string) {
-	c.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.c.Write([]byte(line + "\n")); err != nil {
-		t.Fatalf("send: %v", err)
-	}
-}
-
-func (c *goldenConn) recv() (string, error) {
-	c.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	line, err := c.rd.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(line, "\n"), nil
-}

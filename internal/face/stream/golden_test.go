@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +44,11 @@ import (
 // big-endian length and the payload as written. Names starting with
 // "user" are the user's control socket. An app connection dials the real
 // per-app socket the daemon opened for it (apps.socket first); the socket
-// directory reads as $APPS in JSON-RPC lines. The broker runs on a fixed
-// clock with deterministic ids.
+// directory reads as $APPS in JSON-RPC lines. Consecutive frames one
+// connection receives form a block in no fixed order, compared by their
+// bytes (a reply and the events it caused race); JSON-RPC lines are
+// compared one at a time. The broker runs on a fixed clock with
+// deterministic ids; golden.Archive.Play plays the lines.
 func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
 
 type env struct {
@@ -56,6 +58,10 @@ type env struct {
 	apps   *appsock.Server
 	conns  map[string]net.Conn
 	wg     sync.WaitGroup
+	// frames and lines read what each connection receives, by name:
+	// frames on framed and per-app connections, lines on rpc: ones.
+	frames map[string]*frame.Reader
+	lines  map[string]*lineReader
 }
 
 func newEnv(t *testing.T) *env {
@@ -80,7 +86,8 @@ func newEnv(t *testing.T) *env {
 	apps := appsock.New(b, filepath.Join(t.TempDir(), "apps"), nil)
 	b.SetAppSockets(apps)
 	t.Cleanup(func() { apps.Close() })
-	return &env{t: t, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), apps: apps, conns: map[string]net.Conn{}}
+	return &env{t: t, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), apps: apps,
+		conns: map[string]net.Conn{}, frames: map[string]*frame.Reader{}, lines: map[string]*lineReader{}}
 }
 
 func (e *env) conn(name string) net.Conn {
@@ -128,136 +135,87 @@ func runGolden(t *testing.T, file string) {
 		}
 		e.wg.Wait()
 	}()
-	var out bytes.Buffer
-	readers := map[string]*frame.Reader{}
-	lineReaders := map[string]*lineReader{}
-	lines := ar.Lines("transcript")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		name, op, rest, ok := parse(line)
-		if !ok {
-			out.WriteString(line + "\n")
-			continue
-		}
-		c := e.conn(name)
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		isRPC := strings.HasPrefix(name, "rpc:")
-		isApp := strings.HasPrefix(name, "app:")
-		switch {
-		case op == '>' && isRPC:
-			io.WriteString(c, rest+"\n")
-		case op == '>' && isApp && !strings.HasPrefix(rest, "hex: "):
-			f, err := parseAppFrame(rest)
-			if err != nil {
-				t.Fatalf("%s:%d: %v", file, i+1, err)
-			}
-			if _, err := c.Write(frame.Append(nil, f)); err != nil {
-				t.Fatalf("%s:%d: write: %v", file, i+1, err)
-			}
-		case op == '>':
-			var (
-				b   []byte
-				err error
-			)
-			if h, ok := strings.CutPrefix(rest, "hex: "); ok {
-				if b, err = hex.DecodeString(strings.ReplaceAll(h, " ", "")); err != nil {
-					t.Fatalf("%s:%d: %v", file, i+1, err)
-				}
-			} else {
-				f, err := parseFrame(rest)
-				if err != nil {
-					t.Fatalf("%s:%d: %v", file, i+1, err)
-				}
-				b = frame.Append(nil, f)
-			}
-			if _, err := c.Write(b); err != nil {
-				t.Fatalf("%s:%d: write: %v", file, i+1, err)
-			}
-		case op == '<' && isRPC:
-			lr := lineReaders[name]
-			if lr == nil {
-				lr = &lineReader{r: c}
-				lineReaders[name] = lr
-			}
-			got, err := lr.next()
-			if err != nil {
-				t.Fatalf("%s:%d: %v", file, i+1, err)
-			}
-			got = strings.ReplaceAll(got, e.apps.Dir(), "$APPS")
-			if got != rest && !*golden.Update {
-				t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, got, rest)
-			}
-			line = name + "< " + got
-		case op == '<':
-			r := readers[name]
-			if r == nil {
-				r = frame.NewReader(c, 1<<20)
-				readers[name] = r
-			}
-			// Consecutive frames one connection receives form a block in
-			// no fixed order: a reply and the events it caused race.
-			want := []string{rest}
-			for i+1 < len(lines) {
-				n2, op2, rest2, ok2 := parse(lines[i+1])
-				if !ok2 || n2 != name || op2 != '<' {
-					break
-				}
-				want = append(want, rest2)
-				i++
-			}
-			var got, gotBytes, wantBytes []string
-			for range want {
-				f, err := r.Next()
-				if err != nil {
-					t.Fatalf("%s:%d: %s: reading a frame: %v (want %s)", file, i+1, name, err, rest)
-				}
-				if isApp {
-					got = append(got, formatAppFrame(f))
-				} else {
-					got = append(got, f.Type.String()+" "+string(f.Payload))
-				}
-				gotBytes = append(gotBytes, string(frame.Append(nil, f)))
-			}
-			for _, w := range want {
-				parse := parseFrame
-				if isApp {
-					parse = parseAppFrame
-				}
-				f, err := parse(w)
-				if err != nil && !*golden.Update {
-					t.Fatalf("%s:%d: %v", file, i+1, err)
-				}
-				wantBytes = append(wantBytes, string(frame.Append(nil, f)))
-			}
-			slices.Sort(gotBytes)
-			slices.Sort(wantBytes)
-			if !slices.Equal(gotBytes, wantBytes) {
-				if !*golden.Update {
-					t.Fatalf("%s:%d: %s received\n got: %s\nwant: %s", file, i+1, name, strings.Join(got, "\n      "), strings.Join(want, "\n      "))
-				}
-				want = got
-			}
-			for _, w := range want {
-				out.WriteString(name + "< " + w + "\n")
-			}
-			continue
-		}
-		out.WriteString(line + "\n")
-	}
-	if *golden.Update {
-		ar.Save(t, "transcript", out.Bytes())
-	}
+	ar.Play(t, golden.Script{Conns: e, Ordered: isRPC, Key: e.key})
 }
 
-func parse(line string) (name string, op byte, rest string, ok bool) {
-	if line == "" || line[0] == '#' {
-		return "", 0, "", false
+// isRPC reports whether name is a JSON-RPC connection: its lines are
+// compared in order, as they come.
+func isRPC(name string) bool { return strings.HasPrefix(name, "rpc:") }
+
+// connLine returns connection name with a deadline for the next line.
+func (e *env) connLine(name string) net.Conn {
+	c := e.conn(name)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c
+}
+
+// Send sends a transcript line's text on name: a JSON-RPC line on an
+// rpc: connection, a frame otherwise.
+func (e *env) Send(name, text string) error {
+	c := e.connLine(name)
+	var b []byte
+	if h, ok := strings.CutPrefix(text, "hex: "); ok && !isRPC(name) {
+		var err error
+		if b, err = hex.DecodeString(strings.ReplaceAll(h, " ", "")); err != nil {
+			return err
+		}
+	} else if isRPC(name) {
+		b = []byte(text + "\n")
+	} else {
+		f, err := e.parse(name, text)
+		if err != nil {
+			return err
+		}
+		b = frame.Append(nil, f)
 	}
-	i := strings.IndexAny(line, "<>")
-	if i <= 0 || i+1 >= len(line) || line[i+1] != ' ' {
-		return "", 0, "", false
+	_, err := c.Write(b)
+	return err
+}
+
+// Recv returns what name receives next, as a transcript line writes
+// it: the per-app socket directory of a JSON-RPC line reads as $APPS.
+func (e *env) Recv(name string) (string, error) {
+	c := e.connLine(name)
+	if isRPC(name) {
+		lr := e.lines[name]
+		if lr == nil {
+			lr = &lineReader{r: c}
+			e.lines[name] = lr
+		}
+		got, err := lr.next()
+		return strings.ReplaceAll(got, e.apps.Dir(), "$APPS"), err
 	}
-	return line[:i], line[i], line[i+2:], true
+	r := e.frames[name]
+	if r == nil {
+		r = frame.NewReader(c, 1<<20)
+		e.frames[name] = r
+	}
+	f, err := r.Next()
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(name, "app:") {
+		return formatAppFrame(f), nil
+	}
+	return f.Type.String() + " " + string(f.Payload), nil
+}
+
+// key is what a received line is compared by: a frame's bytes, however
+// the line writes its payload; a JSON-RPC line itself.
+func (e *env) key(name, text string) (string, error) {
+	if isRPC(name) {
+		return text, nil
+	}
+	f, err := e.parse(name, text)
+	return string(frame.Append(nil, f)), err
+}
+
+// parse reads a frame line of connection name.
+func (e *env) parse(name, text string) (frame.Frame, error) {
+	if strings.HasPrefix(name, "app:") {
+		return parseAppFrame(text)
+	}
+	return parseFrame(text)
 }
 
 // parseFrame reads "TYPE JSON" (or "TYPE" for an empty payload).
