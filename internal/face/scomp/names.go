@@ -16,7 +16,7 @@ import (
 //     "$2D");
 //   - a name that would be a reserved word of JavaScript or a global of
 //     the sandbox before any binding (Object, JSON, eval, ...) gets the
-//     prefix "$$".
+//     prefix "$$" (as the empty id would be "").
 //
 // So pcp.inspection.ping is pcp_inspection_ping, org.example.notes.create
 // is org_example_notes_create and org.my-app.do_it is
@@ -36,7 +36,7 @@ func BindingName(id string) string {
 		}
 	}
 	n := b.String()
-	if reserved[n] || sandboxGlobals[n] {
+	if n == "" || reserved[n] || sandboxGlobals[n] {
 		n = "$$" + n
 	}
 	return n
