@@ -40,6 +40,14 @@ import (
 func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
 
 func newBroker(t testing.TB) *core.Broker {
+	b, _ := newBrokerStore(t, &core.RateLimits{})
+	return b
+}
+
+// newBrokerStore is a broker with a fixed clock, deterministic ids,
+// unsigned manifests allowed, pcp.inspection served and rate limits rl,
+// and its store.
+func newBrokerStore(t testing.TB, rl *core.RateLimits) (*core.Broker, *store.Store) {
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +55,7 @@ func newBroker(t testing.TB) *core.Broker {
 	t.Cleanup(func() { st.Close() })
 	clk := testkit.NewClock(testkit.GoldenTime)
 	cfg := core.Config{Apps: st, Audit: st, Journal: st, Jobs: st, TrustDir: t.TempDir(), AllowUnsigned: true,
-		SessionID: "session-1", RateLimits: &core.RateLimits{}, LivenessInterval: -1,
+		SessionID: "session-1", RateLimits: rl, LivenessInterval: -1,
 		Now: clk.Now, AfterFunc: clk.AfterFunc, NewID: testkit.SeqIDs()}
 	b, err := core.New(context.Background(), cfg)
 	if err != nil {
@@ -57,7 +65,7 @@ func newBroker(t testing.TB) *core.Broker {
 	if err := b.AddService(inspection.New(b)); err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return b, st
 }
 
 // unixServer serves face on a Unix socket in a temporary directory, its
