@@ -54,3 +54,42 @@ func TestScompPythonClient(t *testing.T) {
 		t.Logf("%s:\n%s", args[0], out.String())
 	}
 }
+
+// TestScompNodeClient drives pcpd's scomp face with Node's ws (npm, in
+// testdata/scomp/node, installed by scripts/test with npm ci) on both
+// transports, as TestScompPythonClient does, and a foreign Origin
+// refused on TCP.
+func TestScompNodeClient(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is missing (scripts/test installs nodejs): %v", err)
+	}
+	if _, err := os.Stat("testdata/scomp/node/node_modules/ws"); err != nil {
+		t.Fatalf("the ws client is not installed: run npm ci in testdata/scomp/node (scripts/test does): %v", err)
+	}
+	s := serve(t, Config{AllowUnsigned: true, Scomp: ScompConfig{Addr: "127.0.0.1:0"}})
+	serveNotes(t, s.cfg.Socket)
+	tok, _ := os.ReadFile(s.cfg.Scomp.TokenFile)
+	script, _ := filepath.Abs("testdata/scomp/node/client.mjs")
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"tcp", "ws://" + s.ScompAddr() + "/", strings.TrimSpace(string(tok))}, 8},
+		{[]string{"unix", s.cfg.Scomp.Socket}, 6},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, node, append([]string{script}, c.args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.args[0], err, out.String())
+		}
+		if n := strings.Count(out.String(), "ok "); n != c.want {
+			t.Fatalf("%s: %d checks passed, want %d:\n%s", c.args[0], n, c.want, out.String())
+		}
+	}
+}
