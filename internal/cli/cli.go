@@ -124,6 +124,7 @@ signs and verifies capability manifests.`,
 		e.serveCommand(),
 		e.agentCommand(),
 		e.mcpCommand(),
+		e.scompCommand(),
 		e.versionCommand(),
 	)
 	return root

@@ -67,6 +67,8 @@ type Config struct {
 
 	// MCP configures the MCP face (mcp.go).
 	MCP MCPConfig
+	// Scomp configures the scomp face (scomp.go).
+	Scomp ScompConfig
 
 	// Limits bound what connections may hold; zero fields take the
 	// defaults (see Defaults), so tests shrink only what they exercise.
@@ -258,7 +260,8 @@ func (c *Config) Defaults() error {
 		c.TokenFile = filepath.Join(filepath.Dir(c.Socket), "tcp.token")
 	}
 	c.mcpDefaults()
-	for _, p := range []*string{&c.ControlSocket, &c.AppSocketDir, &c.StateDir, &c.TrustDir, &c.PolicyFile, &c.TokenFile, &c.MCP.Socket, &c.MCP.TokenFile} {
+	c.scompDefaults()
+	for _, p := range []*string{&c.ControlSocket, &c.AppSocketDir, &c.StateDir, &c.TrustDir, &c.PolicyFile, &c.TokenFile, &c.MCP.Socket, &c.MCP.TokenFile, &c.Scomp.Socket, &c.Scomp.TokenFile} {
 		if err := abs(p); err != nil {
 			return err
 		}

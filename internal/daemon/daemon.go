@@ -11,6 +11,8 @@
 //   - the policy-reload loop (Serve; ends on quit);
 //   - the MCP HTTP server, with --mcp-http (Serve; stopAccepting closes
 //     it, and the MCP face's HTTP sessions with it: mcp.go);
+//   - the scomp HTTP servers, on scomp.sock and with --scomp (Serve;
+//     stopAccepting closes them and the scomp sessions: scomp.go);
 //   - the accessibility connect attempt (Serve; its context is the
 //     server's, cancelled at Shutdown or Close);
 //   - the desktop notifier's connect attempt, worker and signal reader
@@ -63,6 +65,7 @@ type Server struct {
 	face   *rpc.Server
 	stream *stream.Server
 	mcp    *mcpServer
+	scomp  *scompServer
 	lns    []listener
 	shed   *shedder
 	// lineBudget bounds the long JSON-RPC lines of every connection.
@@ -209,6 +212,9 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := s.newMCP(); err != nil {
 		return nil, err
 	}
+	if err := s.newScomp(); err != nil {
+		return nil, err
+	}
 	if s.shed, err = newShedder(s.log); err != nil {
 		return nil, err
 	}
@@ -294,6 +300,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.startBackground()
 	s.serveMCPHTTP()
+	s.serveScomp()
 	s.log.Info("pcpd ready", "socket", s.cfg.Socket, "app_sockets", s.cfg.AppSocketDir, "control", s.cfg.ControlSocket, "state", s.cfg.StateDir, "trust", s.cfg.TrustDir, "tcp", s.cfg.TCPAddr)
 	if s.cfg.Ready != nil {
 		s.cfg.Ready()
@@ -369,6 +376,7 @@ func (s *Server) stopAccepting() bool {
 			s.agents.closeAll()
 		}
 		s.stopMCP()
+		s.stopScomp()
 		close(s.quit) // after the listeners: quit means nothing is accepted
 		s.cancel()
 	})
@@ -444,6 +452,7 @@ func (s *Server) release() {
 		}
 		s.closeNotifier()
 		s.stopMCP() // New failing halfway: never served
+		s.stopScomp()
 		if s.b != nil {
 			s.b.Close()
 		}

@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pcp-dev/pcp/internal/face/scomp"
+	"github.com/pcp-dev/pcp/internal/unixsock"
+)
+
+// ScompConfig configures the scomp face (internal/face/scomp).
+type ScompConfig struct {
+	// Socket serves WebSocket over a Unix socket; empty means scomp.sock
+	// beside the agent socket.
+	Socket string
+	// Addr, if set, is a loopback address serving WebSocket over TCP;
+	// clients present the bearer token written to TokenFile (default
+	// scomp.token beside the agent socket, 0600, new each start).
+	Addr      string
+	TokenFile string
+	// EvalTimeout bounds one eval (default scomp.DefaultEvalTimeout).
+	EvalTimeout time.Duration
+}
+
+func (c *Config) scompDefaults() {
+	if c.Scomp.Socket == "" {
+		c.Scomp.Socket = filepath.Join(filepath.Dir(c.Socket), "scomp.sock")
+	}
+	if c.Scomp.Addr != "" && c.Scomp.TokenFile == "" {
+		c.Scomp.TokenFile = filepath.Join(filepath.Dir(c.Socket), "scomp.token")
+	}
+}
+
+// scompServer is the daemon's part of the scomp face: the face and its
+// HTTP servers, one on scomp.sock and one on Addr when set.
+type scompServer struct {
+	face       *scomp.Server
+	unix, tcp  *http.Server
+	unixLn, ln net.Listener
+}
+
+// newScomp builds the scomp face and binds its listeners. A non-loopback
+// Addr is refused.
+func (s *Server) newScomp() error {
+	cfg := s.cfg.Scomp
+	if cfg.Addr != "" {
+		if err := loopbackOnly(cfg.Addr); err != nil {
+			return fmt.Errorf("--scomp: %w", err)
+		}
+	}
+	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log})
+	sc := &scompServer{face: face}
+	s.scomp = sc
+	l, err := unixsock.Listen(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	sc.unixLn = l
+	sc.unix = &http.Server{Handler: face.UnixHandler(), ConnContext: scomp.UnixConnContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	if cfg.Addr == "" {
+		return nil
+	}
+	token, err := writeTokenFile(cfg.TokenFile)
+	if err != nil {
+		return err
+	}
+	if sc.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return err
+	}
+	sc.tcp = &http.Server{Handler: face.TCPHandler(sc.ln.Addr().String(), token), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	return nil
+}
+
+// ScompAddr is the address the scomp TCP endpoint listens on, "" without
+// one.
+func (s *Server) ScompAddr() string {
+	if s.scomp == nil || s.scomp.ln == nil {
+		return ""
+	}
+	return s.scomp.ln.Addr().String()
+}
+
+// serveScomp runs the scomp HTTP servers until stopScomp closes them.
+func (s *Server) serveScomp() {
+	if s.scomp == nil {
+		return
+	}
+	for _, p := range []struct {
+		hs *http.Server
+		ln net.Listener
+	}{{s.scomp.unix, s.scomp.unixLn}, {s.scomp.tcp, s.scomp.ln}} {
+		if p.hs == nil {
+			continue
+		}
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			if err := p.hs.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("scomp endpoint stopped", "err", err)
+			}
+		}()
+	}
+}
+
+// stopScomp closes the scomp endpoints and every scomp session.
+func (s *Server) stopScomp() {
+	if s.scomp == nil {
+		return
+	}
+	for _, p := range []struct {
+		hs *http.Server
+		ln net.Listener
+	}{{s.scomp.unix, s.scomp.unixLn}, {s.scomp.tcp, s.scomp.ln}} {
+		switch {
+		case p.hs != nil:
+			p.hs.Close()
+			if p.ln != nil {
+				p.ln.Close() // never served: Close does not close it
+			}
+		case p.ln != nil:
+			p.ln.Close()
+		}
+	}
+	s.scomp.face.Close()
+	os.Remove(s.cfg.Scomp.Socket)
+	if s.cfg.Scomp.Addr != "" {
+		os.Remove(s.cfg.Scomp.TokenFile)
+	}
+}

@@ -1,0 +1,85 @@
+// A scomp client on Node's ws library: TestScompNodeClient runs it
+// against a live pcpd. Usage:
+//
+//   node client.mjs tcp ws://127.0.0.1:PORT/ TOKEN
+//   node client.mjs unix /path/to/scomp.sock
+//
+// It prints one line per check and exits non-zero on the first failure.
+import WebSocket from "ws";
+
+function fail(msg) {
+  console.log("FAIL " + msg);
+  process.exit(1);
+}
+function check(what, cond, got) {
+  if (!cond) fail(`${what}: ${JSON.stringify(got)}`);
+  console.log("ok " + what);
+}
+
+function open(url, headers) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, ["scomp.v0"], { headers });
+    const frames = [];
+    const waiters = [];
+    ws.on("message", (data, isBinary) => {
+      const m = isBinary ? { binary: data } : JSON.parse(data.toString());
+      const w = waiters.shift();
+      w ? w.resolve(m) : frames.push(m);
+    });
+    ws.on("close", (code, reason) => {
+      for (const w of waiters.splice(0)) w.resolve({ closed: code, reason: reason.toString() });
+      frames.push({ closed: code, reason: reason.toString() });
+    });
+    ws.on("unexpected-response", (_req, res) => reject({ status: res.statusCode }));
+    ws.on("error", reject);
+    ws.on("open", () => {
+      ws.next = () => (frames.length ? Promise.resolve(frames.shift()) : new Promise((resolve) => waiters.push({ resolve })));
+      resolve(ws);
+    });
+  });
+}
+
+async function call(ws, id, method, params) {
+  ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+  const r = await ws.next();
+  if (r.id !== id) fail(`reply to ${id}: ${JSON.stringify(r)}`);
+  return r;
+}
+
+async function session(ws) {
+  check("subprotocol", ws.protocol === "scomp.v0", ws.protocol);
+  let r = await call(ws, 1, "handshake", { protocol: "0.1", bindings: [], metadata: { client: { name: "node-ws" } } });
+  check("handshake", r.result && r.result.sessionId && r.result.bindings.some((b) => b.name === "org_example_notes_create"), r);
+  r = await call(ws, 2, "eval", { code: "1 + 1" });
+  check("eval 1 + 1", r.result && r.result.value === 2, r);
+  r = await call(ws, 3, "eval", { code: "const n = await org_example_notes_create({title: 'from node'}); n.data.title" });
+  check("binding call", r.result && r.result.value === "from node", r);
+  ws.send(JSON.stringify([{ jsonrpc: "2.0", id: 4, method: "eval", params: { code: "1" } }]));
+  r = await ws.next();
+  check("batch refused", r.error && r.error.code === -32600, r);
+  ws.send(Buffer.from('{"jsonrpc":"2.0","id":5,"method":"eval","params":{"code":"1"}}'), { binary: true });
+  r = await ws.next();
+  check("binary frame closes 1003", r.closed === 1003, r);
+}
+
+const [kind, where, token] = process.argv.slice(2);
+if (kind === "tcp") {
+  try {
+    const ws = await open(where, { Authorization: "Bearer wrong" });
+    ws.terminate();
+    fail("a wrong token was served");
+  } catch (e) {
+    check("wrong token refused", e.status === 401, e);
+  }
+  try {
+    const ws = await open(where, { Authorization: "Bearer " + token, Origin: "https://evil.example" });
+    ws.terminate();
+    fail("a foreign Origin was served");
+  } catch (e) {
+    check("foreign origin refused", e.status === 403, e);
+  }
+  await session(await open(where, { Authorization: "Bearer " + token }));
+} else {
+  await session(await open("ws+unix://" + where + ":/", {}));
+}
+process.exit(0);

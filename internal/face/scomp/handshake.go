@@ -1,0 +1,186 @@
+package scomp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/core"
+)
+
+// ProtocolVersion is the scomp version this face speaks.
+const ProtocolVersion = "0.1"
+
+// Binding is one function a peer declares at handshake.
+type Binding struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	Output      json.RawMessage `json:"output,omitempty"`
+	Effects     []string        `json:"effects,omitempty"`
+}
+
+type handshakeParams struct {
+	Protocol string          `json:"protocol"`
+	Bindings []Binding       `json:"bindings"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+type handshakeResult struct {
+	Protocol  string         `json:"protocol"`
+	SessionID string         `json:"sessionId"`
+	Bindings  []Binding      `json:"bindings"`
+	Metadata  map[string]any `json:"metadata"`
+}
+
+// serverBinding is what a server binding calls.
+type serverBinding struct {
+	Binding
+	capID, appID string
+}
+
+func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) {
+	if c.box != nil {
+		return nil, api.Errorf(api.CodeInvalidRequest, map[string]any{"sessionId": c.sessionID}, "the session is live already: handshake once per connection")
+	}
+	var p handshakeParams
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	if p.Protocol != ProtocolVersion {
+		return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": "protocol", "supported": []string{ProtocolVersion}},
+			"protocol %q is not served: this server speaks scomp %s", p.Protocol, ProtocolVersion)
+	}
+	seen := map[string]bool{}
+	for i, b := range p.Bindings {
+		if !isIdentifier(b.Name) {
+			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": fmt.Sprintf("bindings[%d].name", i), "binding": b.Name},
+				"client binding %q: the name must be a JavaScript identifier", b.Name)
+		}
+		if seen[b.Name] {
+			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": fmt.Sprintf("bindings[%d].name", i), "binding": b.Name},
+				"client binding %q is declared twice", b.Name)
+		}
+		seen[b.Name] = true
+		for _, part := range []struct {
+			name   string
+			schema json.RawMessage
+		}{{"input", b.Input}, {"output", b.Output}} {
+			if err := compileSchema(part.schema); err != nil {
+				return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": fmt.Sprintf("bindings[%d].%s", i, part.name), "binding": b.Name},
+					"client binding %q: its %s schema is not a valid JSON Schema 2020-12: %v", b.Name, part.name, err)
+			}
+		}
+	}
+	cctx := core.WithSession(ctx, c.sess)
+	caps, err := c.s.b.QueryCapabilities(cctx, &api.QueryCapabilitiesParams{})
+	if err != nil {
+		return nil, err
+	}
+	var bindings []serverBinding
+	for _, cp := range caps.Capabilities {
+		if cp.TrustLevel == api.TrustDeny {
+			continue
+		}
+		bindings = append(bindings, serverBinding{capID: cp.ID, appID: cp.AppID, Binding: Binding{
+			Name: BindingName(cp.ID), Description: describe(cp), Input: paramsSchema(cp.Parameters), Output: resultSchema, Effects: effects(cp)}})
+	}
+	slices.SortFunc(bindings, func(a, b serverBinding) int { return strings.Compare(a.capID, b.capID) })
+	box, err := newSandbox(c, bindings)
+	if err != nil {
+		return nil, err
+	}
+	c.box = box
+	c.sessionID = c.s.opts.NewSessionID()
+	out := handshakeResult{Protocol: ProtocolVersion, SessionID: c.sessionID, Bindings: []Binding{}, Metadata: map[string]any{
+		"server":    map[string]any{"name": "pcpd", "version": c.s.opts.Version},
+		"runtime":   map[string]any{"language": "javascript", "engine": "quickjs", "evalTimeoutMs": c.s.opts.EvalTimeout.Milliseconds(), "memoryLimitBytes": c.s.opts.MemoryLimit},
+		"transport": c.transport,
+		"actor":     c.sess.Actor(),
+	}}
+	for _, b := range bindings {
+		out.Bindings = append(out.Bindings, b.Binding)
+	}
+	return out, nil
+}
+
+// compileSchema compiles a schema as Draft 2020-12; an absent one is
+// the empty schema.
+func compileSchema(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(raw)))
+	if err != nil {
+		return err
+	}
+	comp := jsonschema.NewCompiler()
+	comp.DefaultDraft(jsonschema.Draft2020)
+	comp.UseLoader(noLoader{})
+	if err := comp.AddResource("scomp:binding", doc); err != nil {
+		return err
+	}
+	_, err = comp.Compile("scomp:binding")
+	return err
+}
+
+// noLoader refuses every remote reference: a schema is what it says.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("%s: schemas may not refer outside themselves", url)
+}
+
+func describe(c api.Capability) string {
+	d := c.Description
+	if d == "" {
+		d = c.ID
+	}
+	d += " (PCP capability " + c.ID + ", trust level " + c.TrustLevel + ")"
+	return d
+}
+
+// effects are the binding's effects: "confirm" when a call waits for the
+// user's approval, and the manifest's confirmation type when it has one.
+func effects(c api.Capability) []string {
+	e := []string{}
+	if c.TrustLevel == api.TrustConfirm {
+		e = append(e, "confirm")
+	}
+	if c.ConfirmationType != "" {
+		e = append(e, c.ConfirmationType)
+	}
+	return e
+}
+
+// resultSchema is what every server binding resolves to: the
+// capability's result.
+var resultSchema = json.RawMessage(`{"type":"object","properties":{"status":{"enum":["success","partial","deferred"]},"data":{}},"required":["status"]}`)
+
+// paramsSchema is the JSON Schema (2020-12) of a capability's
+// parameters, as its manifest declares them.
+func paramsSchema(params []api.ParamDecl) json.RawMessage {
+	type prop struct {
+		Type        string `json:"type,omitempty"`
+		Description string `json:"description,omitempty"`
+	}
+	props := map[string]prop{}
+	required := []string{}
+	for _, p := range params {
+		pr := prop{Description: p.Description}
+		if p.Type != api.TypeAny {
+			pr.Type = p.Type
+		}
+		props[p.Name] = pr
+		if p.IsRequired() {
+			required = append(required, p.Name)
+		}
+	}
+	raw, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "required": required})
+	return raw
+}

@@ -1,0 +1,306 @@
+package scomp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"modernc.org/quickjs"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/jsonrpc"
+)
+
+// evalErrorCode is scomp's code of a failed eval (spec 004), whatever
+// the kind; it is the protocol's, not a code of PCP's catalogue.
+const evalErrorCode = -32000
+
+// Kinds of a failed eval.
+const (
+	KindEval    = "EvalError"
+	KindTimeout = "TimeoutError"
+	KindMemory  = "MemoryError"
+	KindBinding = "BindingError"
+)
+
+// evalError is the data of a failed eval: its kind, the JavaScript
+// stack, and for a BindingError the PCP error the call failed with.
+type evalError struct {
+	Kind    string    `json:"kind"`
+	Stack   string    `json:"stack"`
+	PCP     *pcpError `json:"error,omitempty"`
+	Message string    `json:"-"`
+}
+
+func (e *evalError) Error() string { return e.Message }
+
+// maxStackLines bounds the stack an eval error carries.
+const maxStackLines = 16
+
+// shortStack keeps the first maxStackLines frames of stack.
+func shortStack(stack string) string {
+	lines := strings.SplitAfter(stack, "\n")
+	if len(lines) <= maxStackLines+1 {
+		return stack
+	}
+	return strings.Join(lines[:maxStackLines], "") + fmt.Sprintf("    ... %d more frames\n", len(lines)-1-maxStackLines)
+}
+
+// pcpError is a PCP error as a binding call rejects with it.
+type pcpError struct {
+	Code    int             `json:"code"`
+	Name    string          `json:"name"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// sandbox is a session's JavaScript: one QuickJS VM whose global object
+// holds the standard library and the session's server bindings, and no
+// other host object (no std or os module, no timers, no console). Only
+// the connection's goroutine uses it.
+type sandbox struct {
+	c    *conn
+	byID map[string]serverBinding
+	list []serverBinding
+	vm   *quickjs.VM
+
+	// Of the eval running: its context, and how its promise settled.
+	ctx     context.Context
+	settled bool
+	ok      bool
+	outcome string
+}
+
+func newSandbox(c *conn, bindings []serverBinding) (*sandbox, error) {
+	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings}
+	for _, sb := range bindings {
+		b.byID[sb.capID] = sb
+	}
+	if err := b.reset(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// prelude installs the bindings and the eval driver, then removes the
+// two host functions from the global object: only its closures keep
+// them. A binding is an async function of one argument (the
+// parameters, {} when absent) that resolves to the capability's result
+// or rejects with an Error named BindingError whose pcp property is the
+// PCP error.
+const prelude = `(function (call, settle, bindings) {
+  "use strict";
+  delete globalThis.__scomp_call;
+  delete globalThis.__scomp_settle;
+  for (const [name, id] of bindings) {
+    const f = {[name]: async function (params) {
+      const r = JSON.parse(call(id, JSON.stringify(params === undefined ? {} : params) ?? "{}"));
+      if (r.error) {
+        const e = new Error(r.error.message);
+        e.name = "BindingError";
+        e.pcp = r.error;
+        throw e;
+      }
+      return r.result;
+    }}[name];
+    Object.defineProperty(globalThis, name, {value: f, enumerable: true});
+  }
+  const describe = (e) => {
+    if (e instanceof Error) {
+      return {name: String(e.name), message: String(e.message), stack: String(e.stack ?? ""), pcp: e.pcp};
+    }
+    return {name: "Error", message: "thrown value: " + String(e), stack: ""};
+  };
+  Object.defineProperty(globalThis, "__scomp_run", {value: function (p) {
+    p.then((r) => {
+      let v = (r !== null && typeof r === "object" && "value" in r) ? r.value : r;
+      let s;
+      try { s = JSON.stringify(v === undefined ? null : v) ?? "null"; } catch (e) { settle(false, JSON.stringify(describe(e))); return; }
+      settle(true, s);
+    }, (e) => settle(false, JSON.stringify(describe(e))));
+  }});
+})(globalThis.__scomp_call, globalThis.__scomp_settle, BINDINGS);`
+
+// reset makes a new VM: at the handshake, and after an eval that ran out
+// of time or memory (its jobs and heap are not to be trusted to the next
+// eval).
+func (b *sandbox) reset() error {
+	if b.vm != nil {
+		b.vm.Close()
+		b.vm = nil
+	}
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+	}
+	if err := vm.RegisterFunc("__scomp_call", b.call, false); err != nil {
+		vm.Close()
+		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+	}
+	if err := vm.RegisterFunc("__scomp_settle", b.settle, false); err != nil {
+		vm.Close()
+		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+	}
+	pairs := [][2]string{}
+	for _, sb := range b.list {
+		pairs = append(pairs, [2]string{sb.Name, sb.capID})
+	}
+	raw, _ := json.Marshal(pairs)
+	if _, err := vm.Eval(strings.Replace(prelude, "BINDINGS", string(raw), 1), quickjs.EvalGlobal); err != nil {
+		vm.Close()
+		return api.Errorf(api.CodeInternalError, nil, "cannot install the bindings: %v", err)
+	}
+	// The limit is set once the bindings are in, so that it bounds the
+	// evals' own memory.
+	vm.SetMemoryLimit(uintptr(b.c.s.opts.MemoryLimit))
+	b.vm = vm
+	return nil
+}
+
+func (b *sandbox) close() {
+	if b.vm != nil {
+		b.vm.Close()
+		b.vm = nil
+	}
+}
+
+func (b *sandbox) settle(ok bool, s string) {
+	if b.settled {
+		return
+	}
+	b.settled, b.ok, b.outcome = true, ok, s
+}
+
+// call is a binding call: a real invocation, with the session's
+// identity, of capability id. Its answer is JSON: {"result": ...} or
+// {"error": {code, name, message, data}}.
+func (b *sandbox) call(id, params string) string {
+	sb, ok := b.byID[id]
+	var res *api.CapabilityResult
+	var err error
+	if !ok {
+		err = api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no binding for %s", id)
+	} else {
+		ctx := core.WithSession(b.ctx, b.c.sess)
+		res, err = b.c.s.b.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: id, AppID: sb.appID,
+			Source: api.SourceSystemIntelligence, Params: json.RawMessage(params)})
+	}
+	if err != nil {
+		var pe *api.Error
+		if !errors.As(err, &pe) {
+			if b.ctx.Err() != nil {
+				pe = api.Errorf(api.CodeExecutionTimeout, map[string]any{"capability_id": id}, "the eval's time ran out during the call")
+			} else {
+				pe = api.Errorf(api.CodeInternalError, nil, "%v", err)
+			}
+		}
+		var data json.RawMessage
+		if pe.Data != nil {
+			data, _ = jsonrpc.Marshal(pe.Data)
+		}
+		msg := pe.Message
+		if msg == "" {
+			info, _ := pe.Code.Info()
+			msg = info.Message
+		}
+		out, _ := jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data}})
+		return string(out)
+	}
+	out, merr := jsonrpc.Marshal(map[string]any{"result": res})
+	if merr != nil {
+		out, _ = jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(api.CodeInternalError), Name: api.CodeInternalError.Name(), Message: merr.Error()}})
+	}
+	return string(out)
+}
+
+// eval runs code as an async global script (top-level await allowed):
+// its completion value, JSON-encoded, is the result. The time limit ends
+// the eval by interrupting the VM; a VM that ran out of time or memory
+// is replaced, the session goes on.
+func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.c.s.opts.EvalTimeout)
+	defer cancel()
+	b.ctx, b.settled, b.ok, b.outcome = ctx, false, false, ""
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		b.vm.Interrupt()
+		close(interrupted)
+	})
+	err := b.run(code)
+	timedOut := false
+	if !stop() {
+		<-interrupted
+		timedOut = true
+	}
+	if timedOut {
+		if rerr := b.reset(); rerr != nil {
+			return nil, rerr
+		}
+		return nil, &evalError{Kind: KindTimeout, Message: fmt.Sprintf("TimeoutError: the eval ran longer than %v", b.c.s.opts.EvalTimeout)}
+	}
+	if err != nil {
+		var qe *quickjs.Error
+		if errors.As(err, &qe) {
+			qe.Stack = shortStack(qe.Stack)
+			if strings.Contains(qe.Message, "out of memory") {
+				if rerr := b.reset(); rerr != nil {
+					return nil, rerr
+				}
+				return nil, &evalError{Kind: KindMemory, Stack: qe.Stack, Message: fmt.Sprintf("MemoryError: the eval used more than %d bytes", b.c.s.opts.MemoryLimit)}
+			}
+			return nil, &evalError{Kind: KindEval, Stack: qe.Stack, Message: qe.Name + ": " + qe.Message}
+		}
+		return nil, &evalError{Kind: KindEval, Message: err.Error()}
+	}
+	if b.ok {
+		return json.RawMessage(b.outcome), nil
+	}
+	var d struct {
+		Name    string    `json:"name"`
+		Message string    `json:"message"`
+		Stack   string    `json:"stack"`
+		PCP     *pcpError `json:"pcp"`
+	}
+	json.Unmarshal([]byte(b.outcome), &d)
+	d.Stack = shortStack(d.Stack)
+	if d.Name == KindBinding && d.PCP != nil {
+		return nil, &evalError{Kind: KindBinding, Stack: d.Stack, PCP: d.PCP, Message: d.PCP.Name + ": " + d.PCP.Message}
+	}
+	if strings.Contains(d.Message, "out of memory") {
+		if rerr := b.reset(); rerr != nil {
+			return nil, rerr
+		}
+		return nil, &evalError{Kind: KindMemory, Stack: d.Stack, Message: fmt.Sprintf("MemoryError: the eval used more than %d bytes", b.c.s.opts.MemoryLimit)}
+	}
+	return nil, &evalError{Kind: KindEval, Stack: d.Stack, Message: d.Name + ": " + d.Message}
+}
+
+// run evaluates code and drives its promise until it settles.
+func (b *sandbox) run(code string) error {
+	p, err := b.vm.EvalValue(code, quickjs.EvalGlobal|asyncFlag)
+	if err != nil {
+		return err
+	}
+	_, err = b.vm.Call("__scomp_run", p)
+	p.Free()
+	if err != nil {
+		return err
+	}
+	for !b.settled {
+		n, err := b.vm.ExecutePendingJobs()
+		if err != nil {
+			return err
+		}
+		if n == 0 && !b.settled {
+			return errors.New("EvalError: the eval awaits a promise that nothing can settle")
+		}
+	}
+	return nil
+}
+
+// asyncFlag is QuickJS's JS_EVAL_FLAG_ASYNC: a global script may await
+// at top level, and the eval returns a promise of {value}.
+const asyncFlag = 1 << 7
