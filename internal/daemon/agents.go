@@ -171,9 +171,12 @@ func (a *agentSockets) hide() []string {
 	if c.TCPAddr != "" {
 		dirs = append(dirs, filepath.Dir(c.TokenFile))
 	}
-	dirs = append(dirs, filepath.Dir(c.MCP.Socket))
+	dirs = append(dirs, filepath.Dir(c.MCP.Socket), filepath.Dir(c.Scomp.Socket))
 	if c.MCP.HTTPAddr != "" {
 		dirs = append(dirs, filepath.Dir(c.MCP.TokenFile))
+	}
+	if c.Scomp.TokenFile != "" {
+		dirs = append(dirs, filepath.Dir(c.Scomp.TokenFile))
 	}
 	slices.Sort(dirs)
 	return slices.Compact(dirs)
