@@ -58,6 +58,7 @@ func DialScomp(ctx context.Context, path string) (*Scomp, error) {
 	}}}
 	ws, _, err := websocket.Dial(ctx, "ws://localhost/", &websocket.DialOptions{HTTPClient: hc, Subprotocols: []string{"scomp.v0"}})
 	if err != nil {
+		hc.CloseIdleConnections() // a refused upgrade's connection
 		return nil, fmt.Errorf("pcp: opening a scomp session on %s: %w", path, err)
 	}
 	ws.SetReadLimit(64 << 20)

@@ -38,6 +38,7 @@ func main() {
 	fs.StringVar(&cfg.Scomp.Addr, "scomp", "", "also serve scomp (WebSocket) on this loopback address, e.g. 127.0.0.1:7880 (token in --scomp-token-file)")
 	fs.StringVar(&cfg.Scomp.TokenFile, "scomp-token-file", "", "where to write the scomp bearer token (default scomp.token beside --socket)")
 	fs.DurationVar(&cfg.Scomp.EvalTimeout, "scomp-eval-timeout", 0, "how long one scomp eval may run (default 30s)")
+	fs.IntVar(&cfg.Scomp.Sessions, "scomp-sessions", 0, "how many scomp sessions one agent may hold at once on scomp.sock (default 16)")
 	fs.BoolVar(&cfg.MCP.ExposeCapabilities, "expose-capabilities", false, "add one MCP tool per registered capability, kept in step as apps register or are revoked")
 	fs.BoolVar(&cfg.AllowUnsigned, "allow-unsigned", false, "accept manifests with an empty signature (development only; reported by health.check)")
 	fs.IntVar(&cfg.MaxLine, "max-line", 1<<20, "largest accepted JSON-RPC line in bytes")

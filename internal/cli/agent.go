@@ -239,9 +239,10 @@ func (e *env) agentRun(ctx context.Context, o runOptions) error {
 }
 
 // agentEnv is the agent's environment: PCP_SOCKET names its own socket
-// (its MCP socket, for `pcpctl mcp`, is mcp.sock beside it),
-// PCP_AGENT its name, and what would point it at the user's display,
-// buses or control socket is gone (the sockets are hidden anyway).
+// (its MCP socket, for `pcpctl mcp`, is mcp.sock beside it, and its scomp
+// socket scomp.sock), PCP_AGENT its name, and what would point it at the
+// user's display, buses, control socket or the shared scomp endpoints
+// (PCP_SCOMP_*) is gone (the sockets are hidden anyway).
 func agentEnv(environ []string, socket, name string) []string {
 	drop := map[string]bool{
 		"DISPLAY": true, "WAYLAND_DISPLAY": true, "WAYLAND_SOCKET": true, "XAUTHORITY": true,
@@ -251,7 +252,7 @@ func agentEnv(environ []string, socket, name string) []string {
 	out := make([]string, 0, len(environ)+2)
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if !drop[k] {
+		if !drop[k] && !strings.HasPrefix(k, "PCP_SCOMP_") {
 			out = append(out, kv)
 		}
 	}
@@ -383,7 +384,8 @@ func (p sandboxPlan) args() []string {
 			a = append(a, "--ro-bind", "/dev/null", f)
 		}
 	}
-	// The agent's own directory: its socket, and mcp.sock beside it.
+	// The agent's own directory: its socket, and mcp.sock and scomp.sock
+	// beside it.
 	ep := filepath.Dir(p.endpoint)
 	a = append(a, "--bind", ep, ep, "--ro-bind", p.exe, p.exe)
 	for _, f := range p.readOnly {

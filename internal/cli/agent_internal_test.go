@@ -68,7 +68,7 @@ func TestSandboxPlanArgs(t *testing.T) {
 }
 
 func TestAgentEnv(t *testing.T) {
-	got := agentEnv([]string{"HOME=/h", "DISPLAY=:0", "PCP_CONTROL_SOCKET=/c", "DBUS_SESSION_BUS_ADDRESS=x", "PCP_SOCKET=/old"}, "/new", "n")
+	got := agentEnv([]string{"HOME=/h", "DISPLAY=:0", "PCP_CONTROL_SOCKET=/c", "DBUS_SESSION_BUS_ADDRESS=x", "PCP_SOCKET=/old", "PCP_SCOMP_SOCKET=/s", "PCP_SCOMP_TOKEN_FILE=/t"}, "/new", "n")
 	want := []string{"HOME=/h", "PCP_SOCKET=/new", "PCP_AGENT=n"}
 	if !slices.Equal(got, want) {
 		t.Errorf("agentEnv = %q, want %q", got, want)

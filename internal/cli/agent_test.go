@@ -245,7 +245,7 @@ func TestAgentSandbox(t *testing.T) {
 		t.Fatalf("probe output: %v\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 
-	allowed := []string{"own_socket_health", "own_socket_ping", "own_socket_confirmation_requested", "own_mcp_via_pcpctl", "network_tcp"}
+	allowed := []string{"own_socket_health", "own_socket_ping", "own_socket_confirmation_requested", "own_mcp_via_pcpctl", "own_scomp_ping", "network_tcp"}
 	forbidden := []string{
 		"admin_invoke", "approve_on_own_socket", "control_socket", "shared_agent_socket",
 		"pcpctl_confirm_approve", "pcpctl_confirm_approve_default_socket", "pcpctl_serve_submit",
@@ -312,7 +312,7 @@ func TestAgentSandbox(t *testing.T) {
 			}
 		}
 	}
-	if invokes < 2 || agentEntries != 2 {
+	if invokes < 3 || agentEntries != 2 {
 		t.Errorf("%d invoke entries (want the probe's), %d agent entries (want opened and closed)", invokes, agentEntries)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(l.socket), "agents", "probe")); !errors.Is(err, os.ErrNotExist) {

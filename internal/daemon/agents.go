@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,14 +24,15 @@ const maxSocketPath = 107
 
 // agentSockets are the contained agents' own sockets,
 // <agent socket dir>/agents/<name>/pcp.sock (JSON-RPC and the framed
-// stream) and mcp.sock beside it (the MCP face, which `pcpctl mcp` inside
-// the sandbox finds beside $PCP_SOCKET), in a 0700 directory of the
-// agent's own. A connection accepted on either is a session of role agent
+// stream), mcp.sock beside it (the MCP face, which `pcpctl mcp` inside
+// the sandbox finds beside $PCP_SOCKET) and scomp.sock (the scomp face,
+// found the same way), in a 0700 directory of the agent's own. A
+// connection accepted on any of them is a session of role agent
 // whose SessionInfo.Agent is the name: the daemon, not the agent, says who
 // it is. The broker opens and closes them (core.AgentEndpoints).
 //
-// Goroutines: one accept loop per open socket, counted in wg; closing the
-// socket's listener ends it. Server.release waits for wg.
+// Goroutines: one accept loop per open socket (scomp.sock's is its HTTP
+// server's), counted in wg; closing the socket's listener ends it. Server.release waits for wg.
 type agentSockets struct {
 	s   *Server
 	dir string
@@ -46,7 +48,10 @@ type agentSocket struct {
 	path string
 	l    *net.UnixListener
 	mcp  *net.UnixListener // mcp.sock beside path
-	// done is closed when both accept loops have ended.
+	// scomp serves scomp.sock beside path on scompLn.
+	scomp   *http.Server
+	scompLn *scompListener
+	// done is closed when the accept loops have ended.
 	done chan struct{}
 }
 
@@ -57,9 +62,9 @@ func newAgentSockets(s *Server) *agentSockets {
 // OpenAgent opens name's socket and starts accepting on it.
 func (a *agentSockets) OpenAgent(name string) (string, []string, []string, error) {
 	path := filepath.Join(a.dir, name, "pcp.sock")
-	if len(path) > maxSocketPath {
-		return "", nil, nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "socket": path},
-			"the agent's socket path %s is longer than the %d bytes a Unix socket address holds; choose a shorter name", path, maxSocketPath)
+	if longest := filepath.Join(a.dir, name, "scomp.sock"); len(longest) > maxSocketPath {
+		return "", nil, nil, api.Errorf(api.CodeInvalidParams, map[string]any{"field": "name", "socket": longest},
+			"the agent's socket path %s is longer than the %d bytes a Unix socket address holds; choose a shorter name", longest, maxSocketPath)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -84,7 +89,13 @@ func (a *agentSockets) OpenAgent(name string) (string, []string, []string, error
 		l.Close()
 		return "", nil, nil, fmt.Errorf("opening agent %s's MCP socket: %w", name, err)
 	}
-	as := &agentSocket{path: path, l: l, mcp: ml, done: make(chan struct{})}
+	sl, err := unixsock.Listen(filepath.Join(filepath.Dir(path), "scomp.sock"))
+	if err != nil {
+		l.Close()
+		ml.Close()
+		return "", nil, nil, fmt.Errorf("opening agent %s's scomp socket: %w", name, err)
+	}
+	as := &agentSocket{path: path, l: l, mcp: ml, scomp: a.s.newScompHTTP(name), scompLn: &scompListener{UnixListener: sl, s: a.s, agent: name}, done: make(chan struct{})}
 	a.open[name] = as
 	a.wg.Add(1)
 	go func() {
@@ -93,6 +104,11 @@ func (a *agentSockets) OpenAgent(name string) (string, []string, []string, error
 		var both sync.WaitGroup
 		both.Go(func() { a.accept(name, as.l, listener{role: core.RoleAgent}) })
 		both.Go(func() { a.accept(name, as.mcp, listener{role: core.RoleAgent, mcp: true}) })
+		both.Go(func() {
+			if err := as.scomp.Serve(as.scompLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.s.log.Error("agent scomp socket stopped", "agent", name, "err", err)
+			}
+		})
 		both.Wait()
 	}()
 	a.s.log.Info("agent socket opened", "agent", name, "socket", path)
@@ -152,11 +168,14 @@ func (a *agentSockets) closeAll() {
 	}
 }
 
-// close closes both listeners, waits for their accept loops and removes
-// the agent's directory.
+// close closes the listeners, waits for their accept loops and removes
+// the agent's directory. The scomp sessions upgraded on scomp.sock
+// outlive its HTTP server: closeAgentConns closes them.
 func (as *agentSocket) close() {
 	as.l.Close()
 	as.mcp.Close()
+	as.scomp.Close()
+	as.scompLn.Close() // in case Serve had not begun
 	<-as.done
 	os.Remove(filepath.Dir(as.path)) // the listeners unlinked their sockets
 }

@@ -25,6 +25,10 @@ type ScompConfig struct {
 	TokenFile string
 	// EvalTimeout bounds one eval (default scomp.DefaultEvalTimeout).
 	EvalTimeout time.Duration
+	// Sessions bounds the scomp sessions open at once on the scomp.sock
+	// sockets per agent: per uid on the shared one, per name on a
+	// contained agent's own (default DefaultScompSessions).
+	Sessions int
 }
 
 func (c *Config) scompDefaults() {
@@ -34,12 +38,19 @@ func (c *Config) scompDefaults() {
 	if c.Scomp.Addr != "" && c.Scomp.TokenFile == "" {
 		c.Scomp.TokenFile = filepath.Join(filepath.Dir(c.Socket), "scomp.token")
 	}
+	if c.Scomp.Sessions <= 0 {
+		c.Scomp.Sessions = DefaultScompSessions
+	}
 }
 
 // scompServer is the daemon's part of the scomp face: the face and its
-// HTTP servers, one on scomp.sock and one on Addr when set.
+// HTTP servers, one on scomp.sock and one on Addr when set (each
+// contained agent's scomp.sock has its own: agents.go). The scomp.sock
+// connections count against Limits as the other sockets' do
+// (scompListener), and sessions holds the bound per agent.
 type scompServer struct {
 	face       *scomp.Server
+	sessions   *scompSessions
 	unix, tcp  *http.Server
 	unixLn, ln net.Listener
 }
@@ -54,14 +65,14 @@ func (s *Server) newScomp() error {
 		}
 	}
 	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log})
-	sc := &scompServer{face: face}
+	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions)}
 	s.scomp = sc
 	l, err := unixsock.Listen(cfg.Socket)
 	if err != nil {
 		return err
 	}
-	sc.unixLn = l
-	sc.unix = &http.Server{Handler: face.UnixHandler(), ConnContext: scomp.UnixConnContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	sc.unixLn = &scompListener{UnixListener: l, s: s}
+	sc.unix = s.newScompHTTP("")
 	if cfg.Addr == "" {
 		return nil
 	}

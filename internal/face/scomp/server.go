@@ -177,7 +177,7 @@ func (s *Server) UnixHandler() http.Handler {
 		if !s.originAllowed(w, r, "") {
 			return
 		}
-		info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: p.uid, PID: p.pid}
+		info := core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: p.uid, PID: p.pid, Agent: agentOf(r.Context())}
 		s.serve(w, r, info, map[string]any{"kind": "websocket", "network": "unix", "uid": p.uid, "pid": p.pid})
 	})
 }

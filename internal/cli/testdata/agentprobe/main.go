@@ -127,6 +127,17 @@ func main() {
 		}
 		return "", fmt.Errorf("no successful pcp_invoke answer in %q", o)
 	})
+	try("own_scomp_ping", func() (string, error) {
+		// client.DialScomp finds scomp.sock beside $PCP_SOCKET: the
+		// agent's own scomp endpoint.
+		sc, err := client.DialScomp(ctx, "")
+		if err != nil {
+			return "", err
+		}
+		defer sc.Close()
+		v, err := sc.Eval(ctx, "const r = await pcp_inspection_ping({}); r")
+		return string(v), err
+	})
 	try("network_tcp", func() (string, error) {
 		c, err := net.DialTimeout("tcp", t.TCP, 5*time.Second)
 		if err != nil {

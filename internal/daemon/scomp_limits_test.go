@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/client"
+	"github.com/pcp-dev/pcp/internal/testkit"
+)
+
+// scompRefusal asks for a WebSocket upgrade on the scomp socket at path
+// and returns the HTTP status and the JSON-RPC error of the refusal.
+func scompRefusal(t *testing.T, path string) (int, *api.Error) {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	// A refusal before the request is read may meet the write: only the
+	// answer matters.
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to the upgrade: %v", err)
+	}
+	defer resp.Body.Close()
+	var m struct{ Error *api.Error }
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || m.Error == nil {
+		t.Fatalf("status %d: the body is not a JSON-RPC error: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, m.Error
+}
+
+func (r *served) perUIDCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.perUID[os.Getuid()]
+}
+
+// scomp.sock's connections count against the daemon's connection caps,
+// and each uid holds at most Scomp.Sessions scomp sessions on it; both
+// are refused with a coded RATE_LIMITED, and a slot freed is usable
+// again.
+func TestScompSharedSocketLimits(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r := serve(t, Config{Limits: Limits{ConnectionsPerUID: 3, Connections: 100}, Scomp: ScompConfig{Sessions: 2}})
+	ctx := context.Background()
+	sock := r.cfg.Scomp.Socket
+	var held []*client.Scomp
+	defer func() {
+		for _, s := range held {
+			s.Close()
+		}
+	}()
+	for range 2 {
+		s, err := client.DialScomp(ctx, sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, s)
+	}
+	status, e := scompRefusal(t, sock)
+	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "scomp_sessions" || d["limit"] != float64(2) || d["uid"] != float64(os.Getuid()) {
+		t.Errorf("a third session: %d %+v, want 429 RATE_LIMITED scope scomp_sessions limit 2 naming the uid", status, e)
+	}
+	waitFor(t, "the refused connection untracked", func() bool { return r.perUIDCount() == 2 })
+
+	// A JSON-RPC connection takes the uid's last slot: the next scomp
+	// connection is refused before its request is read.
+	c, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, e = scompRefusal(t, sock)
+	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "connections_per_uid" || d["limit"] != float64(3) {
+		t.Errorf("past the per-uid cap: %d %+v, want 429 RATE_LIMITED scope connections_per_uid limit 3", status, e)
+	}
+	if _, err := held[0].Eval(ctx, "1 + 1"); err != nil {
+		t.Errorf("a held session after the refusals: %v", err)
+	}
+
+	// Ending a session frees both its connection and its session.
+	held[0].Close()
+	held = held[1:]
+	waitFor(t, "the freed slot", func() bool {
+		s, err := client.DialScomp(ctx, sock)
+		if err != nil {
+			return false
+		}
+		held = append(held, s)
+		return true
+	})
+}
+
+// A contained agent's own scomp.sock: its sessions are the agent's in the
+// audit log, they count per agent name (apart from the uid's on the
+// shared socket), and they end with the agent.
+func TestScompAgentSocket(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r := serve(t, Config{Scomp: ScompConfig{Sessions: 2}})
+	ctx := context.Background()
+	user, err := client.Dial(ctx, r.cfg.ControlSocket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer user.Close()
+	res, err := user.OpenAgent(ctx, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(filepath.Dir(res.Socket), "scomp.sock")
+	var held []*client.Scomp
+	defer func() {
+		for _, s := range held {
+			s.Close()
+		}
+	}()
+	for range 2 {
+		s, err := client.DialScomp(ctx, sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, s)
+	}
+	if v, err := held[0].Eval(ctx, "const r = await pcp_inspection_ping({}); r"); err != nil {
+		t.Fatalf("ping through the agent's scomp.sock: %s, %v", v, err)
+	}
+	tail, err := user.AuditTail(ctx, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actor string
+	for _, e := range tail.Entries {
+		if e.Kind == api.AuditInvoke {
+			actor = e.Actor
+		}
+	}
+	if actor != "agent:probe" {
+		t.Errorf("the eval's invocation was audited as %q, want agent:probe", actor)
+	}
+
+	status, e := scompRefusal(t, sock)
+	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "scomp_sessions" || d["agent"] != "probe" {
+		t.Errorf("a third session of the agent: %d %+v, want 429 RATE_LIMITED scope scomp_sessions naming agent probe", status, e)
+	}
+	// The uid's bound on the shared socket is its own.
+	shared, err := client.DialScomp(ctx, r.cfg.Scomp.Socket)
+	if err != nil {
+		t.Fatalf("a shared session while the agent is at its bound: %v", err)
+	}
+	held = append(held, shared)
+
+	// Closing the agent ends its scomp sessions, not the shared one.
+	if _, err := user.CloseAgent(ctx, "probe"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range held[:2] {
+		if _, err := s.Eval(ctx, "1"); err == nil {
+			t.Error("an agent's scomp session outlived the agent")
+		}
+	}
+	if _, err := shared.Eval(ctx, "1"); err != nil {
+		t.Errorf("the shared session after the agent closed: %v", err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the agent's scomp.sock outlived it: %v", err)
+	}
+}
