@@ -181,3 +181,33 @@ func TestScompAgentSocket(t *testing.T) {
 		t.Errorf("the agent's scomp.sock outlived it: %v", err)
 	}
 }
+
+// Shutting down with scomp connections counted (a live session, a
+// connection that sent nothing) ends them and releases everything.
+func TestScompShutdownWithConnectionsCounted(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r := serve(t, Config{})
+	ctx := context.Background()
+	s, err := client.DialScomp(ctx, r.cfg.Scomp.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	quiet, err := net.Dial("unix", r.cfg.Scomp.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	waitFor(t, "both connections counted", func() bool { return r.perUIDCount() == 2 })
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.Shutdown(sctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := s.Eval(ctx, "1"); err == nil {
+		t.Error("a scomp session outlived the daemon")
+	}
+	if n := r.perUIDCount(); n != 0 {
+		t.Errorf("%d connections still counted after shutdown", n)
+	}
+}
