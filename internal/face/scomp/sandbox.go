@@ -65,7 +65,9 @@ type sandbox struct {
 	c    *conn
 	byID map[string]serverBinding
 	list []serverBinding
-	vm   *quickjs.VM
+	// clients are the names of the client's bindings.
+	clients []string
+	vm      *quickjs.VM
 
 	// Of the eval running: its context, and how its promise settled.
 	ctx     context.Context
@@ -74,8 +76,8 @@ type sandbox struct {
 	outcome string
 }
 
-func newSandbox(c *conn, bindings []serverBinding) (*sandbox, error) {
-	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings}
+func newSandbox(c *conn, bindings []serverBinding, clients []string) (*sandbox, error) {
+	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings, clients: clients}
 	for _, sb := range bindings {
 		b.byID[sb.capID] = sb
 	}
@@ -91,10 +93,29 @@ func newSandbox(c *conn, bindings []serverBinding) (*sandbox, error) {
 // parameters, {} when absent) that resolves to the capability's result
 // or rejects with an Error named BindingError whose pcp property is the
 // PCP error.
-const prelude = `(function (call, settle, bindings) {
+//
+// A client binding is an async function of one argument (undefined is
+// null) that resolves to the client's answer to an invoke, or rejects
+// with a BindingError as a server binding does.
+const prelude = `(function (call, settle, invoke, bindings, clients) {
   "use strict";
   delete globalThis.__scomp_call;
   delete globalThis.__scomp_settle;
+  delete globalThis.__scomp_invoke;
+  const fail = (r) => {
+    const e = new Error(r.error.message);
+    e.name = "BindingError";
+    e.pcp = r.error;
+    throw e;
+  };
+  for (const name of clients) {
+    const f = {[name]: async function (input) {
+      const r = JSON.parse(invoke(name, JSON.stringify(input === undefined ? null : input) ?? "null"));
+      if (r.error) fail(r);
+      return r.result;
+    }}[name];
+    Object.defineProperty(globalThis, name, {value: f, enumerable: true});
+  }
   for (const [name, id] of bindings) {
     const f = {[name]: async function (params) {
       const r = JSON.parse(call(id, JSON.stringify(params === undefined ? {} : params) ?? "{}"));
@@ -122,7 +143,7 @@ const prelude = `(function (call, settle, bindings) {
       settle(true, s);
     }, (e) => settle(false, JSON.stringify(describe(e))));
   }});
-})(globalThis.__scomp_call, globalThis.__scomp_settle, BINDINGS);`
+})(globalThis.__scomp_call, globalThis.__scomp_settle, globalThis.__scomp_invoke, BINDINGS, CLIENTS);`
 
 // reset makes a new VM: at the handshake, and after an eval that ran out
 // of time or memory (its jobs and heap are not to be trusted to the next
@@ -144,12 +165,18 @@ func (b *sandbox) reset() error {
 		vm.Close()
 		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
 	}
+	if err := vm.RegisterFunc("__scomp_invoke", b.invoke, false); err != nil {
+		vm.Close()
+		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+	}
 	pairs := [][2]string{}
 	for _, sb := range b.list {
 		pairs = append(pairs, [2]string{sb.Name, sb.capID})
 	}
 	raw, _ := json.Marshal(pairs)
-	if _, err := vm.Eval(strings.Replace(prelude, "BINDINGS", string(raw), 1), quickjs.EvalGlobal); err != nil {
+	clients, _ := json.Marshal(append([]string{}, b.clients...))
+	src := strings.Replace(strings.Replace(prelude, "BINDINGS", string(raw), 1), "CLIENTS", string(clients), 1)
+	if _, err := vm.Eval(src, quickjs.EvalGlobal); err != nil {
 		vm.Close()
 		return api.Errorf(api.CodeInternalError, nil, "cannot install the bindings: %v", err)
 	}
@@ -197,22 +224,38 @@ func (b *sandbox) call(id, params string) string {
 				pe = api.Errorf(api.CodeInternalError, nil, "%v", err)
 			}
 		}
-		var data json.RawMessage
-		if pe.Data != nil {
-			data, _ = jsonrpc.Marshal(pe.Data)
-		}
-		msg := pe.Message
-		if msg == "" {
-			info, _ := pe.Code.Info()
-			msg = info.Message
-		}
-		out, _ := jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data}})
-		return string(out)
+		return errorJSON(pe)
 	}
 	out, merr := jsonrpc.Marshal(map[string]any{"result": res})
 	if merr != nil {
 		out, _ = jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(api.CodeInternalError), Name: api.CodeInternalError.Name(), Message: merr.Error()}})
 	}
+	return string(out)
+}
+
+// errorJSON is a failed binding call's answer to the prelude.
+func errorJSON(pe *api.Error) string {
+	var data json.RawMessage
+	if pe.Data != nil {
+		data, _ = jsonrpc.Marshal(pe.Data)
+	}
+	msg := pe.Message
+	if msg == "" {
+		info, _ := pe.Code.Info()
+		msg = info.Message
+	}
+	out, _ := jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data}})
+	return string(out)
+}
+
+// invoke is a client binding call: a reverse invoke (reverse.go). Its
+// answer is JSON as call's.
+func (b *sandbox) invoke(name, input string) string {
+	res, pe := b.c.invokeClient(b.ctx, name, input)
+	if pe != nil {
+		return errorJSON(pe)
+	}
+	out, _ := jsonrpc.Marshal(map[string]any{"result": res})
 	return string(out)
 }
 
