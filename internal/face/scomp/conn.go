@@ -205,7 +205,9 @@ func (c *conn) handle(ctx context.Context, data []byte) []byte {
 // answer runs one request or notification; nil means no answer.
 func (c *conn) answer(ctx context.Context, m *jsonrpc.Message) []byte {
 	if m.IsNotification() {
-		if m.Method != "release_ref" {
+		if m.Method == "release_ref" {
+			c.releaseRef(m.Params)
+		} else {
 			c.s.opts.Logger.Debug("scomp: a request without an id is ignored", "method", m.Method)
 		}
 		return nil
@@ -267,9 +269,11 @@ func (c *conn) call(ctx context.Context, m *jsonrpc.Message) (any, error) {
 		return struct {
 			Value json.RawMessage `json:"value"`
 		}{v}, nil
-	case "invoke", "release_ref":
-		return nil, api.Errorf(api.CodeMethodNotFound, map[string]any{"method": m.Method},
-			"%s is not served yet: this server declares no function references", m.Method)
+	case "invoke":
+		return c.invokeRef(ctx, m.Params)
+	case "release_ref":
+		return nil, api.Errorf(api.CodeInvalidRequest, map[string]any{"method": m.Method},
+			"release_ref is a notification: send it without an id")
 	}
 	return nil, api.Errorf(api.CodeMethodNotFound, map[string]any{"method": m.Method}, "unknown method %q", m.Method)
 }

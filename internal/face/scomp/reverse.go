@@ -115,3 +115,54 @@ func validate(sch *jsonschema.Schema, v string) error {
 	}
 	return sch.Validate(doc)
 }
+
+// MaxRefs bounds the function references a session has handed out and
+// the client has not released.
+const MaxRefs = 1024
+
+// refParams are the params of the client's invoke of a function
+// reference.
+type refParams struct {
+	Ref   *string         `json:"ref"`
+	Input json.RawMessage `json:"input"`
+}
+
+// invokeRef runs the client's invoke of a function reference the
+// sandbox handed out: the function is called with the input and
+// awaited. Inside an eval (the client invoking while the server waits
+// for it) it runs on the eval's VM and within its time; otherwise it is
+// bounded as an eval is.
+func (c *conn) invokeRef(ctx context.Context, raw json.RawMessage) (any, error) {
+	if c.box == nil {
+		return nil, api.Errorf(api.CodeInvalidRequest, nil, "invoke before handshake: the session is not live yet")
+	}
+	var p refParams
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	if p.Ref == nil {
+		return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": "ref"},
+			"invoke needs params.ref, a function reference the server handed out")
+	}
+	input := string(bytes.TrimSpace(p.Input))
+	if input == "" {
+		input = "null"
+	}
+	v, err := c.box.callRef(ctx, *p.Ref, input)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// releaseRef frees one function reference; an unknown one is ignored.
+func (c *conn) releaseRef(raw json.RawMessage) {
+	var p refParams
+	if c.box == nil || json.Unmarshal(raw, &p) != nil || p.Ref == nil || c.box.vm == nil {
+		c.s.opts.Logger.Debug("scomp: release_ref of nothing", "params", string(raw))
+		return
+	}
+	if _, err := c.box.vm.Call("__scomp_release", *p.Ref); err != nil {
+		c.s.opts.Logger.Debug("scomp: release_ref failed", "err", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"modernc.org/quickjs"
@@ -71,6 +72,7 @@ type sandbox struct {
 
 	// Of the eval running: its context, and how its promise settled.
 	ctx     context.Context
+	running bool
 	settled bool
 	ok      bool
 	outcome string
@@ -108,9 +110,18 @@ const prelude = `(function (call, settle, invoke, bindings, clients) {
     e.pcp = r.error;
     throw e;
   };
+  const refs = new Map();
+  let nextRef = 0;
+  const toRef = (k, v) => {
+    if (typeof v !== "function") return v;
+    if (refs.size >= MAXREFS) throw new RangeError("too many function references (MAXREFS): the client must release_ref some");
+    const id = "f" + (++nextRef);
+    refs.set(id, v);
+    return {"$fn": id};
+  };
   for (const name of clients) {
     const f = {[name]: async function (input) {
-      const r = JSON.parse(invoke(name, JSON.stringify(input === undefined ? null : input) ?? "null"));
+      const r = JSON.parse(invoke(name, JSON.stringify(input === undefined ? null : input, toRef) ?? "null"));
       if (r.error) fail(r);
       return r.result;
     }}[name];
@@ -135,6 +146,19 @@ const prelude = `(function (call, settle, invoke, bindings, clients) {
     }
     return {name: "Error", message: "thrown value: " + String(e), stack: ""};
   };
+  Object.defineProperty(globalThis, "__scomp_release", {value: function (id) { refs.delete(id); }});
+  Object.defineProperty(globalThis, "__scomp_ref", {value: function (id, input) {
+    const f = refs.get(id);
+    if (f === undefined) return false;
+    let p;
+    try { p = Promise.resolve(f(JSON.parse(input))); } catch (e) { p = Promise.reject(e); }
+    p.then((v) => {
+      let s;
+      try { s = JSON.stringify(v === undefined ? null : v, toRef) ?? "null"; } catch (e) { settle(false, JSON.stringify(describe(e))); return; }
+      settle(true, s);
+    }, (e) => settle(false, JSON.stringify(describe(e))));
+    return true;
+  }});
   Object.defineProperty(globalThis, "__scomp_run", {value: function (p) {
     p.then((r) => {
       let v = (r !== null && typeof r === "object" && "value" in r) ? r.value : r;
@@ -176,6 +200,7 @@ func (b *sandbox) reset() error {
 	raw, _ := json.Marshal(pairs)
 	clients, _ := json.Marshal(append([]string{}, b.clients...))
 	src := strings.Replace(strings.Replace(prelude, "BINDINGS", string(raw), 1), "CLIENTS", string(clients), 1)
+	src = strings.ReplaceAll(src, "MAXREFS", strconv.Itoa(MaxRefs))
 	if _, err := vm.Eval(src, quickjs.EvalGlobal); err != nil {
 		vm.Close()
 		return api.Errorf(api.CodeInternalError, nil, "cannot install the bindings: %v", err)
@@ -264,15 +289,63 @@ func (b *sandbox) invoke(name, input string) string {
 // the eval by interrupting the VM; a VM that ran out of time or memory
 // is replaced, the session goes on.
 func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error) {
+	return b.drive(ctx, func() error { return b.run(code) })
+}
+
+// callRef calls the function reference id with input (JSON text) and
+// awaits it. Called while an eval waits for the client (nested), it runs
+// on the same VM within the eval's time, the eval's state set aside;
+// otherwise it is driven as an eval is.
+func (b *sandbox) callRef(ctx context.Context, id, input string) (json.RawMessage, error) {
+	if !b.running {
+		return b.drive(ctx, func() error { return b.runRef(id, input) })
+	}
+	settled, ok, outcome := b.settled, b.ok, b.outcome
+	defer func() { b.settled, b.ok, b.outcome = settled, ok, outcome }()
+	b.settled, b.ok, b.outcome = false, false, ""
+	if err := b.runRef(id, input); err != nil {
+		var pe *api.Error
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
+		var qe *quickjs.Error
+		if errors.As(err, &qe) {
+			return nil, &evalError{Kind: KindEval, Stack: shortStack(qe.Stack), Message: qe.Name + ": " + qe.Message}
+		}
+		return nil, &evalError{Kind: KindEval, Message: err.Error()}
+	}
+	return b.outcomeOf()
+}
+
+// runRef starts the call of function reference id and drives it until
+// it settles.
+func (b *sandbox) runRef(id, input string) error {
+	v, err := b.vm.Call("__scomp_ref", id, input)
+	if err != nil {
+		return err
+	}
+	if found, _ := v.(bool); !found {
+		return api.Errorf(api.CodeInvalidParams, map[string]any{"param": "ref", "ref": id},
+			"no function reference %q: released, or never handed out on this session", id)
+	}
+	return b.pump()
+}
+
+// drive runs start (an eval, or an idle call of a function reference)
+// within the eval limits: the time limit interrupts the VM; a VM that
+// ran out of time or memory is replaced, the session goes on.
+func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.c.s.opts.EvalTimeout)
 	defer cancel()
 	b.ctx, b.settled, b.ok, b.outcome = ctx, false, false, ""
+	b.running = true
+	defer func() { b.running = false }()
 	interrupted := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		b.vm.Interrupt()
 		close(interrupted)
 	})
-	err := b.run(code)
+	err := start()
 	timedOut := false
 	if !stop() {
 		<-interrupted
@@ -285,6 +358,10 @@ func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error
 		return nil, &evalError{Kind: KindTimeout, Message: fmt.Sprintf("TimeoutError: the eval ran longer than %v", b.c.s.opts.EvalTimeout)}
 	}
 	if err != nil {
+		var pe *api.Error
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
 		var qe *quickjs.Error
 		if errors.As(err, &qe) {
 			qe.Stack = shortStack(qe.Stack)
@@ -298,6 +375,11 @@ func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error
 		}
 		return nil, &evalError{Kind: KindEval, Message: err.Error()}
 	}
+	return b.outcomeOf()
+}
+
+// outcomeOf is the result or error of the promise that settled.
+func (b *sandbox) outcomeOf() (json.RawMessage, error) {
 	if b.ok {
 		return json.RawMessage(b.outcome), nil
 	}
@@ -332,6 +414,11 @@ func (b *sandbox) run(code string) error {
 	if err != nil {
 		return err
 	}
+	return b.pump()
+}
+
+// pump runs the VM's jobs until the promise driven settles.
+func (b *sandbox) pump() error {
 	for !b.settled {
 		n, err := b.vm.ExecutePendingJobs()
 		if err != nil {
