@@ -22,7 +22,10 @@ func (h endedHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h endedHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == "scomp connection ended" {
-		h.ended <- struct{}{}
+		select {
+		case h.ended <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
