@@ -57,8 +57,10 @@ func TestScompPythonClient(t *testing.T) {
 
 // TestScompNodeClient drives pcpd's scomp face with Node's ws (npm, in
 // testdata/scomp/node, installed by scripts/test with npm ci) on both
-// transports, as TestScompPythonClient does, and a foreign Origin
-// refused on TCP.
+// transports, as TestScompPythonClient does, a foreign Origin refused
+// on TCP, and an eval calling the client's binding mid-eval (reverse
+// invoke), its ids colliding on purpose with the client's, and a
+// function reference the client invokes mid-eval and releases.
 func TestScompNodeClient(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	node, err := exec.LookPath("node")
@@ -76,8 +78,8 @@ func TestScompNodeClient(t *testing.T) {
 		args []string
 		want int
 	}{
-		{[]string{"tcp", "ws://" + s.ScompAddr() + "/", strings.TrimSpace(string(tok))}, 8},
-		{[]string{"unix", s.cfg.Scomp.Socket}, 6},
+		{[]string{"tcp", "ws://" + s.ScompAddr() + "/", strings.TrimSpace(string(tok))}, 10},
+		{[]string{"unix", s.cfg.Scomp.Socket}, 8},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		var out bytes.Buffer

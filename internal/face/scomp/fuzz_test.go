@@ -23,6 +23,8 @@ func FuzzHandle(f *testing.F) {
 		`{"jsonrpc":"2.0","id":2,"method":"eval","params":{"code":"await pcp_inspection_ping({payload: [1, 'x']})"}}`,
 		`[{"jsonrpc":"2.0","id":1,"method":"eval"}]`,
 		`{"jsonrpc":"2.0","method":"release_ref","params":{}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"invoke","params":{"ref":"f1","input":1}}`,
+		`{"jsonrpc":"2.0","method":"release_ref","params":{"ref":"f1"}}`,
 		`{"jsonrpc":"2.0","id":null,"result":1}`,
 		`not json`,
 	} {

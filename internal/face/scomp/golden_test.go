@@ -34,7 +34,8 @@ import (
 //	ws< !closed CODE REASON  the server closed the connection so
 //
 // Every other name speaks PCP's JSON-RPC face on the same broker, as an
-// app does. An optional "config" section sets "eval_timeout D". The
+// app does. An optional "config" section sets "eval_timeout D" and
+// "invoke_timeout D". The
 // broker runs with a fixed clock and deterministic ids; the session id
 // is sess_1, sess_2, ... in order of handshake.
 func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
@@ -105,6 +106,12 @@ func runGolden(t *testing.T, file string) {
 				t.Fatal(err)
 			}
 			opts.EvalTimeout = d
+		case f[0] == "invoke_timeout" && len(f) == 2:
+			d, err := time.ParseDuration(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.InvokeTimeout = d
 		default:
 			t.Fatalf("unknown config line %q", line)
 		}

@@ -57,6 +57,8 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 			"protocol %q is not served: this server speaks scomp %s", p.Protocol, ProtocolVersion)
 	}
 	seen := map[string]bool{}
+	clients := map[string]*clientBinding{}
+	var order []string
 	for i, b := range p.Bindings {
 		if !isIdentifier(b.Name) {
 			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": fmt.Sprintf("bindings[%d].name", i), "binding": b.Name},
@@ -67,15 +69,25 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 				"client binding %q is declared twice", b.Name)
 		}
 		seen[b.Name] = true
+		if sandboxGlobals[b.Name] || strings.HasPrefix(b.Name, "__scomp") {
+			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": fmt.Sprintf("bindings[%d].name", i), "binding": b.Name},
+				"client binding %q: the name is a global of the sandbox already", b.Name)
+		}
+		cb := &clientBinding{Binding: b}
 		for _, part := range []struct {
 			name   string
 			schema json.RawMessage
-		}{{"input", b.Input}, {"output", b.Output}} {
-			if err := compileSchema(part.schema); err != nil {
+			out    **jsonschema.Schema
+		}{{"input", b.Input, &cb.input}, {"output", b.Output, &cb.output}} {
+			sch, err := compileSchema(part.schema)
+			if err != nil {
 				return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"param": fmt.Sprintf("bindings[%d].%s", i, part.name), "binding": b.Name},
 					"client binding %q: its %s schema is not a valid JSON Schema 2020-12: %v", b.Name, part.name, err)
 			}
+			*part.out = sch
 		}
+		clients[b.Name] = cb
+		order = append(order, b.Name)
 	}
 	cctx := core.WithSession(ctx, c.sess)
 	caps, err := c.s.b.QueryCapabilities(cctx, &api.QueryCapabilitiesParams{})
@@ -91,7 +103,14 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 			Name: BindingName(cp.ID), Description: describe(cp), Input: paramsSchema(cp.Parameters), Output: resultSchema, Effects: effects(cp)}})
 	}
 	slices.SortFunc(bindings, func(a, b serverBinding) int { return strings.Compare(a.capID, b.capID) })
-	box, err := newSandbox(c, bindings)
+	for _, sb := range bindings {
+		if clients[sb.Name] != nil {
+			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"binding": sb.Name},
+				"client binding %q has the name of a server binding (PCP capability %s)", sb.Name, sb.capID)
+		}
+	}
+	c.clients = clients
+	box, err := newSandbox(c, bindings, order)
 	if err != nil {
 		return nil, err
 	}
@@ -111,22 +130,21 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 
 // compileSchema compiles a schema as Draft 2020-12; an absent one is
 // the empty schema.
-func compileSchema(raw json.RawMessage) error {
+func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if len(raw) == 0 {
-		return nil
+		return nil, nil
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(raw)))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	comp := jsonschema.NewCompiler()
 	comp.DefaultDraft(jsonschema.Draft2020)
 	comp.UseLoader(noLoader{})
 	if err := comp.AddResource("scomp:binding", doc); err != nil {
-		return err
+		return nil, err
 	}
-	_, err = comp.Compile("scomp:binding")
-	return err
+	return comp.Compile("scomp:binding")
 }
 
 // noLoader refuses every remote reference: a schema is what it says.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"modernc.org/quickjs"
@@ -65,17 +66,20 @@ type sandbox struct {
 	c    *conn
 	byID map[string]serverBinding
 	list []serverBinding
-	vm   *quickjs.VM
+	// clients are the names of the client's bindings.
+	clients []string
+	vm      *quickjs.VM
 
 	// Of the eval running: its context, and how its promise settled.
 	ctx     context.Context
+	running bool
 	settled bool
 	ok      bool
 	outcome string
 }
 
-func newSandbox(c *conn, bindings []serverBinding) (*sandbox, error) {
-	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings}
+func newSandbox(c *conn, bindings []serverBinding, clients []string) (*sandbox, error) {
+	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings, clients: clients}
 	for _, sb := range bindings {
 		b.byID[sb.capID] = sb
 	}
@@ -91,10 +95,38 @@ func newSandbox(c *conn, bindings []serverBinding) (*sandbox, error) {
 // parameters, {} when absent) that resolves to the capability's result
 // or rejects with an Error named BindingError whose pcp property is the
 // PCP error.
-const prelude = `(function (call, settle, bindings) {
+//
+// A client binding is an async function of one argument (undefined is
+// null) that resolves to the client's answer to an invoke, or rejects
+// with a BindingError as a server binding does.
+const prelude = `(function (call, settle, invoke, bindings, clients) {
   "use strict";
   delete globalThis.__scomp_call;
   delete globalThis.__scomp_settle;
+  delete globalThis.__scomp_invoke;
+  const fail = (r) => {
+    const e = new Error(r.error.message);
+    e.name = "BindingError";
+    e.pcp = r.error;
+    throw e;
+  };
+  const refs = new Map();
+  let nextRef = 0;
+  const toRef = (k, v) => {
+    if (typeof v !== "function") return v;
+    if (refs.size >= MAXREFS) throw new RangeError("too many function references (MAXREFS): the client must release_ref some");
+    const id = "f" + (++nextRef);
+    refs.set(id, v);
+    return {"$fn": id};
+  };
+  for (const name of clients) {
+    const f = {[name]: async function (input) {
+      const r = JSON.parse(invoke(name, JSON.stringify(input === undefined ? null : input, toRef) ?? "null"));
+      if (r.error) fail(r);
+      return r.result;
+    }}[name];
+    Object.defineProperty(globalThis, name, {value: f, enumerable: true});
+  }
   for (const [name, id] of bindings) {
     const f = {[name]: async function (params) {
       const r = JSON.parse(call(id, JSON.stringify(params === undefined ? {} : params) ?? "{}"));
@@ -114,6 +146,19 @@ const prelude = `(function (call, settle, bindings) {
     }
     return {name: "Error", message: "thrown value: " + String(e), stack: ""};
   };
+  Object.defineProperty(globalThis, "__scomp_release", {value: function (id) { refs.delete(id); }});
+  Object.defineProperty(globalThis, "__scomp_ref", {value: function (id, input) {
+    const f = refs.get(id);
+    if (f === undefined) return false;
+    let p;
+    try { p = Promise.resolve(f(JSON.parse(input))); } catch (e) { p = Promise.reject(e); }
+    p.then((v) => {
+      let s;
+      try { s = JSON.stringify(v === undefined ? null : v, toRef) ?? "null"; } catch (e) { settle(false, JSON.stringify(describe(e))); return; }
+      settle(true, s);
+    }, (e) => settle(false, JSON.stringify(describe(e))));
+    return true;
+  }});
   Object.defineProperty(globalThis, "__scomp_run", {value: function (p) {
     p.then((r) => {
       let v = (r !== null && typeof r === "object" && "value" in r) ? r.value : r;
@@ -122,7 +167,7 @@ const prelude = `(function (call, settle, bindings) {
       settle(true, s);
     }, (e) => settle(false, JSON.stringify(describe(e))));
   }});
-})(globalThis.__scomp_call, globalThis.__scomp_settle, BINDINGS);`
+})(globalThis.__scomp_call, globalThis.__scomp_settle, globalThis.__scomp_invoke, BINDINGS, CLIENTS);`
 
 // reset makes a new VM: at the handshake, and after an eval that ran out
 // of time or memory (its jobs and heap are not to be trusted to the next
@@ -144,12 +189,19 @@ func (b *sandbox) reset() error {
 		vm.Close()
 		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
 	}
+	if err := vm.RegisterFunc("__scomp_invoke", b.invoke, false); err != nil {
+		vm.Close()
+		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+	}
 	pairs := [][2]string{}
 	for _, sb := range b.list {
 		pairs = append(pairs, [2]string{sb.Name, sb.capID})
 	}
 	raw, _ := json.Marshal(pairs)
-	if _, err := vm.Eval(strings.Replace(prelude, "BINDINGS", string(raw), 1), quickjs.EvalGlobal); err != nil {
+	clients, _ := json.Marshal(append([]string{}, b.clients...))
+	src := strings.Replace(strings.Replace(prelude, "BINDINGS", string(raw), 1), "CLIENTS", string(clients), 1)
+	src = strings.ReplaceAll(src, "MAXREFS", strconv.Itoa(MaxRefs))
+	if _, err := vm.Eval(src, quickjs.EvalGlobal); err != nil {
 		vm.Close()
 		return api.Errorf(api.CodeInternalError, nil, "cannot install the bindings: %v", err)
 	}
@@ -197,17 +249,7 @@ func (b *sandbox) call(id, params string) string {
 				pe = api.Errorf(api.CodeInternalError, nil, "%v", err)
 			}
 		}
-		var data json.RawMessage
-		if pe.Data != nil {
-			data, _ = jsonrpc.Marshal(pe.Data)
-		}
-		msg := pe.Message
-		if msg == "" {
-			info, _ := pe.Code.Info()
-			msg = info.Message
-		}
-		out, _ := jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data}})
-		return string(out)
+		return errorJSON(pe)
 	}
 	out, merr := jsonrpc.Marshal(map[string]any{"result": res})
 	if merr != nil {
@@ -216,20 +258,94 @@ func (b *sandbox) call(id, params string) string {
 	return string(out)
 }
 
+// errorJSON is a failed binding call's answer to the prelude.
+func errorJSON(pe *api.Error) string {
+	var data json.RawMessage
+	if pe.Data != nil {
+		data, _ = jsonrpc.Marshal(pe.Data)
+	}
+	msg := pe.Message
+	if msg == "" {
+		info, _ := pe.Code.Info()
+		msg = info.Message
+	}
+	out, _ := jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data}})
+	return string(out)
+}
+
+// invoke is a client binding call: a reverse invoke (reverse.go). Its
+// answer is JSON as call's.
+func (b *sandbox) invoke(name, input string) string {
+	res, pe := b.c.invokeClient(b.ctx, name, input)
+	if pe != nil {
+		return errorJSON(pe)
+	}
+	out, _ := jsonrpc.Marshal(map[string]any{"result": res})
+	return string(out)
+}
+
 // eval runs code as an async global script (top-level await allowed):
 // its completion value, JSON-encoded, is the result. The time limit ends
 // the eval by interrupting the VM; a VM that ran out of time or memory
 // is replaced, the session goes on.
 func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error) {
+	return b.drive(ctx, func() error { return b.run(code) })
+}
+
+// callRef calls the function reference id with input (JSON text) and
+// awaits it. Called while an eval waits for the client (nested), it runs
+// on the same VM within the eval's time, the eval's state set aside;
+// otherwise it is driven as an eval is.
+func (b *sandbox) callRef(ctx context.Context, id, input string) (json.RawMessage, error) {
+	if !b.running {
+		return b.drive(ctx, func() error { return b.runRef(id, input) })
+	}
+	settled, ok, outcome := b.settled, b.ok, b.outcome
+	defer func() { b.settled, b.ok, b.outcome = settled, ok, outcome }()
+	b.settled, b.ok, b.outcome = false, false, ""
+	if err := b.runRef(id, input); err != nil {
+		var pe *api.Error
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
+		var qe *quickjs.Error
+		if errors.As(err, &qe) {
+			return nil, &evalError{Kind: KindEval, Stack: shortStack(qe.Stack), Message: qe.Name + ": " + qe.Message}
+		}
+		return nil, &evalError{Kind: KindEval, Message: err.Error()}
+	}
+	return b.outcomeOf()
+}
+
+// runRef starts the call of function reference id and drives it until
+// it settles.
+func (b *sandbox) runRef(id, input string) error {
+	v, err := b.vm.Call("__scomp_ref", id, input)
+	if err != nil {
+		return err
+	}
+	if found, _ := v.(bool); !found {
+		return api.Errorf(api.CodeInvalidParams, map[string]any{"param": "ref", "ref": id},
+			"no function reference %q: released, or never handed out on this session", id)
+	}
+	return b.pump()
+}
+
+// drive runs start (an eval, or an idle call of a function reference)
+// within the eval limits: the time limit interrupts the VM; a VM that
+// ran out of time or memory is replaced, the session goes on.
+func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.c.s.opts.EvalTimeout)
 	defer cancel()
 	b.ctx, b.settled, b.ok, b.outcome = ctx, false, false, ""
+	b.running = true
+	defer func() { b.running = false }()
 	interrupted := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		b.vm.Interrupt()
 		close(interrupted)
 	})
-	err := b.run(code)
+	err := start()
 	timedOut := false
 	if !stop() {
 		<-interrupted
@@ -242,6 +358,10 @@ func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error
 		return nil, &evalError{Kind: KindTimeout, Message: fmt.Sprintf("TimeoutError: the eval ran longer than %v", b.c.s.opts.EvalTimeout)}
 	}
 	if err != nil {
+		var pe *api.Error
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
 		var qe *quickjs.Error
 		if errors.As(err, &qe) {
 			qe.Stack = shortStack(qe.Stack)
@@ -255,6 +375,11 @@ func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error
 		}
 		return nil, &evalError{Kind: KindEval, Message: err.Error()}
 	}
+	return b.outcomeOf()
+}
+
+// outcomeOf is the result or error of the promise that settled.
+func (b *sandbox) outcomeOf() (json.RawMessage, error) {
 	if b.ok {
 		return json.RawMessage(b.outcome), nil
 	}
@@ -289,6 +414,11 @@ func (b *sandbox) run(code string) error {
 	if err != nil {
 		return err
 	}
+	return b.pump()
+}
+
+// pump runs the VM's jobs until the promise driven settles.
+func (b *sandbox) pump() error {
 	for !b.settled {
 		n, err := b.vm.ExecutePendingJobs()
 		if err != nil {

@@ -12,9 +12,10 @@
 // only host objects are the bindings, each a core invocation with the
 // connection's session.
 //
-// Goroutines: one per connection (the HTTP server's), which reads,
-// handles and answers one message at a time, so evals run in order; Close
-// ends every connection and waits for them.
+// Goroutines: two per connection: the HTTP server's, which handles the
+// requests one at a time, so evals run in order, and a reader that reads
+// every frame and hands replies to the reverse invokes waiting for them
+// (conn.go). Close ends every connection and waits for them.
 package scomp
 
 import (
@@ -56,6 +57,9 @@ type Options struct {
 	MaxMessage int
 	// EvalTimeout bounds one eval; 0 means DefaultEvalTimeout.
 	EvalTimeout time.Duration
+	// InvokeTimeout bounds the client's answer to one reverse invoke
+	// (a call of a client binding); 0 means DefaultInvokeTimeout.
+	InvokeTimeout time.Duration
 	// MemoryLimit bounds a session's JavaScript heap; 0 means
 	// DefaultMemoryLimit.
 	MemoryLimit int
@@ -87,6 +91,9 @@ func New(b *core.Broker, opts Options) *Server {
 	}
 	if opts.EvalTimeout <= 0 {
 		opts.EvalTimeout = DefaultEvalTimeout
+	}
+	if opts.InvokeTimeout <= 0 {
+		opts.InvokeTimeout = DefaultInvokeTimeout
 	}
 	if opts.MemoryLimit <= 0 {
 		opts.MemoryLimit = DefaultMemoryLimit

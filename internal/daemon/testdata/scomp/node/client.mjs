@@ -48,18 +48,61 @@ async function call(ws, id, method, params) {
 
 async function session(ws) {
   check("subprotocol", ws.protocol === "scomp.v0", ws.protocol);
-  let r = await call(ws, 1, "handshake", { protocol: "0.1", bindings: [], metadata: { client: { name: "node-ws" } } });
+  const notify = { name: "notify", input: { type: "object", properties: { message: { type: "string" } }, required: ["message"] }, output: { type: "string" } };
+  let r = await call(ws, 1, "handshake", { protocol: "0.1", bindings: [notify, { name: "apply", input: { type: "object", properties: { f: { type: "object", properties: { $fn: { type: "string" } }, required: ["$fn"] } }, required: ["f"] } }], metadata: { client: { name: "node-ws" } } });
   check("handshake", r.result && r.result.sessionId && r.result.bindings.some((b) => b.name === "org_example_notes_create"), r);
   r = await call(ws, 2, "eval", { code: "1 + 1" });
   check("eval 1 + 1", r.result && r.result.value === 2, r);
   r = await call(ws, 3, "eval", { code: "const n = await org_example_notes_create({title: 'from node'}); n.data.title" });
   check("binding call", r.result && r.result.value === "from node", r);
+  await reverse(ws);
+  await references(ws);
   ws.send(JSON.stringify([{ jsonrpc: "2.0", id: 4, method: "eval", params: { code: "1" } }]));
   r = await ws.next();
   check("batch refused", r.error && r.error.code === -32600, r);
   ws.send(Buffer.from('{"jsonrpc":"2.0","id":5,"method":"eval","params":{"code":"1"}}'), { binary: true });
   r = await ws.next();
   check("binary frame closes 1003", r.closed === 1003, r);
+}
+
+// reverse: an eval (id 1 again, the handshake being answered) calls the
+// client's notify twice; the server's invokes are its ids 1 and 2. On
+// invoke 1 the client first sends a request of its own with id 2 (a
+// second eval, queued behind the first), then answers; the server's
+// invoke 2 arrives while the client's request 2 is outstanding, and
+// each reply goes where it belongs.
+async function reverse(ws) {
+  const send = (m) => ws.send(JSON.stringify({ jsonrpc: "2.0", ...m }));
+  send({ id: 1, method: "eval", params: { code: "const a = await notify({message: 'one'}); const b = await notify({message: 'two'}); a + ' ' + b" } });
+  let m = await ws.next();
+  if (!(m.method === "invoke" && m.id === 1 && m.params.name === "notify" && m.params.input.message === "one")) fail(`first invoke: ${JSON.stringify(m)}`);
+  send({ id: 2, method: "eval", params: { code: "'second'" } });
+  send({ id: 1, result: "seen one" });
+  m = await ws.next();
+  if (!(m.method === "invoke" && m.id === 2 && m.params.input.message === "two")) fail(`second invoke: ${JSON.stringify(m)}`);
+  send({ id: 2, result: "seen two" });
+  const r1 = await ws.next();
+  const r2 = await ws.next();
+  check("reverse invoke with colliding ids", r1.id === 1 && r1.result && r1.result.value === "seen one seen two" && r2.id === 2 && r2.result && r2.result.value === "second", [r1, r2]);
+}
+
+// references: an eval hands the client a function; the client invokes
+// it by ref mid-eval with the id of the server's outstanding invoke (3),
+// answers with its value, and releases it.
+async function references(ws) {
+  const send = (m) => ws.send(JSON.stringify({ jsonrpc: "2.0", ...m }));
+  send({ id: 1, method: "eval", params: { code: "(await apply({f: async (n) => (await org_example_notes_create({title: 'n' + n})).data.title})) + '!'" } });
+  let m = await ws.next();
+  if (!(m.method === "invoke" && m.id === 3 && m.params.name === "apply" && typeof m.params.input.f.$fn === "string")) fail(`apply invoke: ${JSON.stringify(m)}`);
+  const ref = m.params.input.f.$fn;
+  send({ id: 3, method: "invoke", params: { ref, input: 7 } });
+  const r = await ws.next();
+  if (!(r.id === 3 && r.result === "n7")) fail(`ref invoke: ${JSON.stringify(r)}`);
+  send({ id: 3, result: r.result });
+  const e = await ws.next();
+  send({ method: "release_ref", params: { ref } });
+  const gone = await call(ws, 4, "invoke", { ref, input: 1 });
+  check("function reference invoked mid-eval, then released", e.id === 1 && e.result && e.result.value === "n7!" && gone.error && gone.error.code === -32602, [e, gone]);
 }
 
 const [kind, where, token] = process.argv.slice(2);
