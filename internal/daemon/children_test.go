@@ -107,7 +107,8 @@ func nofileDaemon(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	return Run(ctx, Config{
+	ready := make(chan struct{})
+	s, err := New(Config{
 		Socket:   filepath.Join(dir, "pcp.sock"),
 		StateDir: filepath.Join(dir, "state"),
 		TrustDir: filepath.Join(dir, "trust"),
@@ -118,8 +119,40 @@ func nofileDaemon(ctx context.Context, dir string) error {
 				eatDescriptors(leave)
 			}
 			fmt.Println("ready")
+			close(ready)
 		},
 	})
+	if err != nil {
+		return err
+	}
+	// After "ready", a line "conns N" each time the tracked connections
+	// change, so that the parent waits on them instead of polling.
+	go func() {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
+		}
+		last := -1
+		s.watchConns(ctx, func() bool {
+			if n := len(s.conns); n != last {
+				last = n
+				fmt.Println("conns", n)
+			}
+			return false
+		})
+	}()
+	served := make(chan struct{})
+	go func() {
+		s.Serve(context.Background())
+		close(served)
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
+	defer cancel()
+	s.Shutdown(sctx)
+	<-served
+	return nil
 }
 
 // impostor listens on path, as whichever user runs it, and answers every
@@ -154,6 +187,8 @@ type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	done  chan error
+	// lines are what the child printed after "ready".
+	lines chan string
 }
 
 // stop closes the child's standard input and waits for it to exit.
@@ -202,12 +237,17 @@ func startChild(t *testing.T, role, dir string, env []string, cred *syscall.Cred
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	c := &child{cmd: cmd, stdin: stdin, done: make(chan error, 1), lines: make(chan string, 1024)}
 	ready := make(chan bool, 1)
 	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		ready <- line == "ready\n"
-		io.Copy(io.Discard, stdout)
+		sc := bufio.NewScanner(stdout)
+		ready <- sc.Scan() && sc.Text() == "ready"
+		for sc.Scan() {
+			select {
+			case c.lines <- sc.Text():
+			default: // nobody reads them: drop
+			}
+		}
 	}()
 	go func() { c.done <- cmd.Wait() }()
 	t.Cleanup(c.stop)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -136,7 +137,42 @@ func (s *Server) track(t *tracked) *api.Error {
 	}
 	s.conns[t] = struct{}{}
 	s.connWG.Add(1)
+	s.connsChangedLocked()
 	return nil
+}
+
+// connsChangedLocked wakes those waiting on the connection counts. s.mu
+// must be held.
+func (s *Server) connsChangedLocked() {
+	close(s.connsChanged)
+	s.connsChanged = make(chan struct{})
+}
+
+// notifyConns wakes those waiting on the connection counts after a change
+// that is not a connection's tracking (a scomp session's end).
+func (s *Server) notifyConns() {
+	s.mu.Lock()
+	s.connsChangedLocked()
+	s.mu.Unlock()
+}
+
+// watchConns calls f with s.mu held, now and after each change of the
+// tracked connections, until f returns true or ctx ends; it reports
+// whether f did.
+func (s *Server) watchConns(ctx context.Context, f func() bool) bool {
+	for {
+		s.mu.Lock()
+		done, changed := f(), s.connsChanged
+		s.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // authenticated takes a TCP connection that presented the token out of
@@ -161,6 +197,7 @@ func (s *Server) untrack(t *tracked) {
 	case kindControl:
 		s.control--
 	}
+	s.connsChangedLocked()
 }
 
 // refuse tells a peer why it is turned away, as a JSON-RPC error line

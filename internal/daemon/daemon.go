@@ -87,9 +87,9 @@ type Server struct {
 	finished   chan struct{}
 	finishOnce sync.Once
 
-	// mu guards serving, conns, control, perUID, unauth, draining and
-	// each tracked.face. Lock order: mu before shedder.mu; no I/O is done
-	// under mu except closing connections.
+	// mu guards serving, conns, control, perUID, unauth, connsChanged,
+	// draining and each tracked.face. Lock order: mu before shedder.mu;
+	// no I/O is done under mu except closing connections.
 	mu       sync.Mutex
 	serving  bool
 	draining bool // set by Shutdown and Close: no connection enters a face
@@ -100,6 +100,11 @@ type Server struct {
 	perUID map[int]int
 	// unauth holds the TCP connections that have not authenticated.
 	unauth map[io.ReadWriteCloser]struct{}
+	// connsChanged is closed, and replaced, each time a connection is
+	// tracked or untracked or a scomp session ends: whoever must see the
+	// counts change (a test, a child process reporting them) waits on it
+	// instead of polling (watchConns).
+	connsChanged chan struct{}
 }
 
 type listener struct {
@@ -143,7 +148,7 @@ func New(cfg Config) (_ *Server, err error) {
 	nofile := cfg.Limits.fitDescriptors()
 	cfg.Limits.clampCaps()
 	s := &Server{cfg: cfg, log: cfg.Logger, self: os.Getuid(), quit: make(chan struct{}), finished: make(chan struct{}),
-		conns: map[*tracked]struct{}{}, perUID: map[int]int{}, unauth: map[io.ReadWriteCloser]struct{}{}}
+		conns: map[*tracked]struct{}{}, perUID: map[int]int{}, unauth: map[io.ReadWriteCloser]struct{}{}, connsChanged: make(chan struct{})}
 	lim := cfg.Limits
 	if lim.Connections < configured {
 		s.log.Warn("connection cap lowered to fit the file descriptor limit", "nofile", nofile, "configured", configured, "connections", lim.Connections)
@@ -246,13 +251,28 @@ func (s *Server) writeToken() (string, error) {
 	if s.cfg.TCPAddr == "" {
 		return "", nil
 	}
+	return writeTokenFile(s.cfg.TokenFile)
+}
+
+// writeTokenFile makes a bearer token and writes it at path, a new file
+// of mode 0600 (the TCP, MCP HTTP and scomp TCP endpoints each have one).
+func writeTokenFile(path string) (string, error) {
 	buf := make([]byte, 32)
 	rand.Read(buf)
 	token := hex.EncodeToString(buf)
-	if err := os.MkdirAll(filepath.Dir(s.cfg.TokenFile), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(s.cfg.TokenFile, []byte(token+"\n"), 0o600); err != nil {
+	os.Remove(path) // a file of another mode, or a link, is replaced
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("writing token file: %w", err)
+	}
+	_, err = f.WriteString(token + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return "", fmt.Errorf("writing token file: %w", err)
 	}
 	return token, nil

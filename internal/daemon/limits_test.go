@@ -130,18 +130,21 @@ func TestConnectionCaps(t *testing.T) {
 				t.Errorf("over the cap: %+v, want RATE_LIMITED scope %s limit 3", e, tc.scope)
 			}
 			// Free a slot: the next connection is served.
+			r.mu.Lock()
+			before := len(r.conns)
+			r.mu.Unlock()
 			held[0].Close()
 			<-held[0].Done()
 			held = held[1:]
-			waitFor(t, "the freed slot", func() bool {
-				c, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
-				if err != nil {
-					return false
-				}
-				defer c.Close()
-				_, err = c.Health(ctx)
-				return err == nil
-			})
+			waitConns(t, r.Server, "the freed slot", func() bool { return len(r.conns) < before })
+			c, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
+			if err != nil {
+				t.Fatalf("the freed slot: %v", err)
+			}
+			defer c.Close()
+			if _, err := c.Health(ctx); err != nil {
+				t.Errorf("the freed slot: %v", err)
+			}
 		})
 	}
 }
@@ -241,14 +244,15 @@ func TestControlSocketReserveAndTCPBudget(t *testing.T) {
 
 // waitFor polls cond until it holds, for at most 10 s: for a state the
 // daemon reaches asynchronously with no event to wait on.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitConns waits until cond holds of s's tracked connections (it is
+// called with s.mu held), re-checking each time one is tracked or
+// untracked.
+func waitConns(t *testing.T, s *Server, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting out a race
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !s.watchConns(ctx, cond) {
+		t.Fatalf("%s: not reached within 10s", what)
 	}
 }
 
@@ -599,17 +603,29 @@ func TestAcceptBacksOffWhenDescriptorsRunOut(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	waitFor(t, "health.check after the descriptors came back", func() bool {
+	// Once the connections are gone, health.check is answered. An attempt
+	// turned away while the closed connections still hold descriptors is
+	// tried again when the child reports its connections changed.
+	healthy := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		c, err := client.Dial(ctx, sock, client.Options{})
 		if err != nil {
-			return false
+			return err
 		}
 		defer c.Close()
 		_, err = c.Health(ctx)
-		return err == nil
-	})
+		return err
+	}
+	deadline := time.After(10 * time.Second)
+	for err := healthy(); err != nil; err = healthy() {
+		select {
+		case <-child.lines:
+		case <-time.After(time.Second): // an attempt may also meet the accept loop's back-off
+		case <-deadline:
+			t.Fatalf("health.check after the descriptors came back: %v", err)
+		}
+	}
 	child.stop()
 	t.Logf("%d connections, %d shed; the daemon's log:\n%s", 150, len(shed), stderr.String())
 	if lines := strings.Count(stderr.String(), "accept failed"); lines > 20 {

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -145,27 +143,4 @@ func (s *Server) serveMCP(t *tracked, info core.SessionInfo) {
 	if err := s.mcp.face.ServeConn(t.c, info); err != nil {
 		s.log.Debug("MCP connection ended", "err", err)
 	}
-}
-
-// writeTokenFile makes a bearer token and writes it 0600 at path.
-func writeTokenFile(path string) (string, error) {
-	buf := make([]byte, 32)
-	rand.Read(buf)
-	token := hex.EncodeToString(buf)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return "", err
-	}
-	os.Remove(path) // a file of another mode, or a link, is replaced
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("writing token file: %w", err)
-	}
-	_, err = f.WriteString(token + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", fmt.Errorf("writing token file: %w", err)
-	}
-	return token, nil
 }

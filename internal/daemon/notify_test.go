@@ -31,9 +31,6 @@ var promptManifest = json.RawMessage(`{"version":"1.0","capabilities":[{"name":"
 // nothing; a confirmation decided on the control socket closes its
 // notification.
 func TestNotificationConfirms(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: no headless desktop")
-	}
 	desk, err := testkit.StartDesktop(false)
 	if err != nil {
 		t.Fatalf("the notification test needs the headless desktop: %v", err)
@@ -199,9 +196,6 @@ func TestNotificationConfirms(t *testing.T) {
 // windows is refused, through pcpd's agent socket. dunst is not on the
 // accessibility bus, so gtk3-widget-factory stands in for the server.
 func TestAgentCannotActOnPrompt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: no headless desktop")
-	}
 	desk, err := testkit.StartDesktop(true)
 	if err != nil {
 		t.Fatalf("the test needs the headless desktop: %v", err)

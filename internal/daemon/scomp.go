@@ -65,7 +65,7 @@ func (s *Server) newScomp() error {
 		}
 	}
 	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log})
-	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions)}
+	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions, s.notifyConns)}
 	s.scomp = sc
 	l, err := unixsock.Listen(cfg.Socket)
 	if err != nil {

@@ -96,15 +96,24 @@ type trackedKey struct{}
 // agent by its name, any other by its uid.
 //
 // Concurrency: mu guards open; every request handler of the scomp.sock
-// servers shares it.
+// servers shares it. mu is a leaf: changed is called without it.
 type scompSessions struct {
 	limit int
-	mu    sync.Mutex
-	open  map[string]int
+	// changed is called after a session ends (Server.notifyConns).
+	changed func()
+	mu      sync.Mutex
+	open    map[string]int
 }
 
-func newScompSessions(limit int) *scompSessions {
-	return &scompSessions{limit: limit, open: map[string]int{}}
+func newScompSessions(limit int, changed func()) *scompSessions {
+	return &scompSessions{limit: limit, changed: changed, open: map[string]int{}}
+}
+
+// count is how many sessions key (as handler makes it) holds.
+func (ss *scompSessions) count(key string) int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.open[key]
 }
 
 // handler counts each request h serves (an upgraded one is served until
@@ -143,6 +152,7 @@ func (ss *scompSessions) handler(h http.Handler) http.Handler {
 				delete(ss.open, key)
 			}
 			ss.mu.Unlock()
+			ss.changed()
 		}()
 		h.ServeHTTP(w, r)
 	})

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func TestScompSharedSocketLimits(t *testing.T) {
 	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "scomp_sessions" || d["limit"] != float64(2) || d["uid"] != float64(os.Getuid()) {
 		t.Errorf("a third session: %d %+v, want 429 RATE_LIMITED scope scomp_sessions limit 2 naming the uid", status, e)
 	}
-	waitFor(t, "the refused connection untracked", func() bool { return r.perUIDCount() == 2 })
+	waitConns(t, r.Server, "the refused connection untracked", func() bool { return r.perUID[os.Getuid()] == 2 })
 
 	// A JSON-RPC connection takes the uid's last slot: the next scomp
 	// connection is refused before its request is read.
@@ -95,16 +96,20 @@ func TestScompSharedSocketLimits(t *testing.T) {
 	}
 
 	// Ending a session frees both its connection and its session.
+	key := "uid:" + strconv.Itoa(os.Getuid())
+	r.mu.Lock()
+	before, sessions := r.perUID[os.Getuid()], r.scomp.sessions.count(key)
+	r.mu.Unlock()
 	held[0].Close()
 	held = held[1:]
-	waitFor(t, "the freed slot", func() bool {
-		s, err := client.DialScomp(ctx, sock)
-		if err != nil {
-			return false
-		}
-		held = append(held, s)
-		return true
+	waitConns(t, r.Server, "the freed slot", func() bool {
+		return r.perUID[os.Getuid()] < before && r.scomp.sessions.count(key) < sessions
 	})
+	s, err := client.DialScomp(ctx, sock)
+	if err != nil {
+		t.Fatalf("the freed slot: %v", err)
+	}
+	held = append(held, s)
 }
 
 // A contained agent's own scomp.sock: its sessions are the agent's in the
@@ -198,7 +203,7 @@ func TestScompShutdownWithConnectionsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer quiet.Close()
-	waitFor(t, "both connections counted", func() bool { return r.perUIDCount() == 2 })
+	waitConns(t, r.Server, "both connections counted", func() bool { return r.perUID[os.Getuid()] == 2 })
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := r.Shutdown(sctx); err != nil {

@@ -116,6 +116,13 @@ func TestMCPClients(t *testing.T) {
 	// that the 5 a client reads back is its own.
 	resetCalculator := func(t *testing.T) {
 		t.Helper()
+		// Subscribed before the presses, so the display's change cannot
+		// come and go unseen between a read and the wait.
+		sub, err := agent.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: elementEvents, SurfaceID: calc + "/1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer agent.Unsubscribe(ctx, sub.SubscriptionID)
 		for _, key := range []string{"0", "="} {
 			p, _ := json.Marshal(map[string]any{"role": "push button", "name": key})
 			if _, err := agent.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: calc + ".activate", AppID: calc,
@@ -123,7 +130,8 @@ func TestMCPClients(t *testing.T) {
 				t.Fatalf("pressing %s: %v", key, err)
 			}
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		deadline := time.After(10 * time.Second)
+		for {
 			tree, err := agent.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: calc + "/1"})
 			if err != nil {
 				t.Fatal(err)
@@ -132,7 +140,9 @@ func TestMCPClients(t *testing.T) {
 			if slices.Contains(texts, "0") && !slices.Contains(texts, "5") {
 				return
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-agent.Notifications(): // the calculator changed: read again
+			case <-deadline:
 				t.Fatalf("the calculator's display reads %q, not 0, after 0 =", texts)
 			}
 		}
@@ -505,14 +515,21 @@ func goSDKScenario(ctx context.Context, sock string, out io.Writer) error {
 		pressed = append(pressed, key)
 	}
 	emit("pressed", map[string]any{"surface": surface, "keys": pressed})
+	// The display is read back until it shows the result; between reads
+	// the client waits, as an agent would, with pcp_events for the next
+	// change of the calculator's elements. A change that lands between a
+	// read and the wait costs one bounded wait, never the answer.
 	var texts []string
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); ; {
 		root, err := tree()
 		if err != nil {
 			return err
 		}
-		if texts = displayTexts(root); slices.Contains(texts, "5") {
+		if texts = displayTexts(root); slices.Contains(texts, "5") || time.Now().After(end) {
 			break
+		}
+		if _, err := tool("pcp_events", map[string]any{"types": elementEvents, "surface_id": surface, "wait_ms": 2000}, false); err != nil {
+			return err
 		}
 	}
 	emit("display", map[string]any{"texts": texts})
@@ -522,6 +539,9 @@ func goSDKScenario(ctx context.Context, sock string, out io.Writer) error {
 	defer mu.Unlock()
 	return werr
 }
+
+// elementEvents are the events an element's change is published as.
+var elementEvents = []string{api.EventElementValueChanged, api.EventElementChildrenChanged, api.EventElementStateChanged}
 
 // displayTexts are the texts of a tree's text elements, trimmed: the
 // calculator's display among them.

@@ -21,8 +21,7 @@ import (
 // shows is read off the bus by a monitor (testkit.WatchNotifications),
 // not from the Notifier; the user's click is a pick in dunst's context
 // menu (testkit.Dunst.Answer), after which dunst emits ActionInvoked
-// itself. A desktop or dunst that cannot start fails every test here;
-// only -short skips them.
+// itself. A desktop or dunst that cannot start fails every test here.
 
 var (
 	desk     *testkit.Desktop
@@ -32,12 +31,10 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if !testing.Short() {
-		if desk, setupErr = testkit.StartDesktop(false); setupErr == nil {
-			if dunst, setupErr = desk.StartDunst(); setupErr != nil {
-				desk.Stop()
-				desk = nil
-			}
+	if desk, setupErr = testkit.StartDesktop(false); setupErr == nil {
+		if dunst, setupErr = desk.StartDunst(); setupErr != nil {
+			desk.Stop()
+			desk = nil
 		}
 	}
 	code := m.Run()
@@ -68,9 +65,6 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: no headless desktop")
-	}
 	if setupErr != nil {
 		t.Fatalf("the notification tests need the headless desktop and dunst, which did not start: %v", setupErr)
 	}

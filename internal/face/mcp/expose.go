@@ -88,7 +88,7 @@ func (x *exposer) resync() {
 		if _, taken := want[name]; taken {
 			continue // two ids that map to one name: the first (by id) wins
 		}
-		want[name] = exposed{capID: c.ID, appID: c.AppID, trust: c.TrustLevel, desc: c.Description, schema: string(ParamsSchema(c.Parameters))}
+		want[name] = exposed{capID: c.ID, appID: c.AppID, trust: c.TrustLevel, desc: c.Description, schema: string(api.ParamsSchema(c.Parameters))}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -83,7 +83,7 @@ func describe(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &described{Capability: *cp, InputSchema: ParamsSchema(cp.Parameters)}, nil
+	return &described{Capability: *cp, InputSchema: api.ParamsSchema(cp.Parameters)}, nil
 }
 
 type invokeArgs struct {
@@ -263,27 +263,4 @@ func matchesAny(words, in []string) bool {
 		}
 	}
 	return false
-}
-
-// ParamsSchema is the JSON Schema (2020-12) of a capability's parameters,
-// as its manifest declares them.
-func ParamsSchema(params []api.ParamDecl) json.RawMessage {
-	type prop struct {
-		Type        string `json:"type,omitempty"`
-		Description string `json:"description,omitempty"`
-	}
-	props := map[string]prop{}
-	required := []string{}
-	for _, p := range params {
-		pr := prop{Description: p.Description}
-		if p.Type != api.TypeAny {
-			pr.Type = p.Type
-		}
-		props[p.Name] = pr
-		if p.IsRequired() {
-			required = append(required, p.Name)
-		}
-	}
-	raw, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "required": required})
-	return raw
 }

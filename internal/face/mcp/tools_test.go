@@ -50,12 +50,3 @@ func TestValidateNamesTheField(t *testing.T) {
 		t.Errorf("valid arguments refused: %v", err)
 	}
 }
-
-func TestParamsSchema(t *testing.T) {
-	f := false
-	got := string(ParamsSchema([]api.ParamDecl{{Name: "title", Type: "string", Description: "the title"}, {Name: "x", Type: "any", Required: &f}}))
-	want := `{"properties":{"title":{"type":"string","description":"the title"},"x":{}},"required":["title"],"type":"object"}`
-	if got != want {
-		t.Errorf("got %s\nwant %s", got, want)
-	}
-}

@@ -100,7 +100,7 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 			continue
 		}
 		bindings = append(bindings, serverBinding{capID: cp.ID, appID: cp.AppID, Binding: Binding{
-			Name: BindingName(cp.ID), Description: describe(cp), Input: paramsSchema(cp.Parameters), Output: resultSchema, Effects: effects(cp)}})
+			Name: BindingName(cp.ID), Description: describe(cp), Input: api.ParamsSchema(cp.Parameters), Output: resultSchema, Effects: effects(cp)}})
 	}
 	slices.SortFunc(bindings, func(a, b serverBinding) int { return strings.Compare(a.capID, b.capID) })
 	for _, sb := range bindings {
@@ -179,26 +179,3 @@ func effects(c api.Capability) []string {
 // resultSchema is what every server binding resolves to: the
 // capability's result.
 var resultSchema = json.RawMessage(`{"type":"object","properties":{"status":{"enum":["success","partial","deferred"]},"data":{}},"required":["status"]}`)
-
-// paramsSchema is the JSON Schema (2020-12) of a capability's
-// parameters, as its manifest declares them.
-func paramsSchema(params []api.ParamDecl) json.RawMessage {
-	type prop struct {
-		Type        string `json:"type,omitempty"`
-		Description string `json:"description,omitempty"`
-	}
-	props := map[string]prop{}
-	required := []string{}
-	for _, p := range params {
-		pr := prop{Description: p.Description}
-		if p.Type != api.TypeAny {
-			pr.Type = p.Type
-		}
-		props[p.Name] = pr
-		if p.IsRequired() {
-			required = append(required, p.Name)
-		}
-	}
-	raw, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "required": required})
-	return raw
-}

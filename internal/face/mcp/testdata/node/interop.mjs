@@ -101,11 +101,19 @@ if (!desktop) {
   }
   out("pressed", { surface, keys: pressed });
   // The display, read back until it shows the result (the calculator
-  // updates it after the last press returns).
+  // updates it after the last press returns); between reads the client
+  // waits with pcp_events for the next change of the calculator's
+  // elements, bounded, so a change between a read and the wait costs one
+  // wait, never the answer.
   let texts = [];
-  for (const end = Date.now() + 10000; Date.now() < end; await new Promise((r) => setTimeout(r, 50))) {
+  for (const end = Date.now() + 10000; ; ) {
     texts = [...(await tree()).matchAll(/^\s*text\b.* value="(.*)"$/gm)].map((m) => m[1].trim());
-    if (texts.some((t) => t.trim() === "5")) break;
+    if (texts.some((t) => t.trim() === "5") || Date.now() > end) break;
+    await tool("pcp_events", {
+      types: ["element.value_changed", "element.children_changed", "element.state_changed"],
+      surface_id: surface,
+      wait_ms: 2000,
+    });
   }
   out("display", { texts });
 }
