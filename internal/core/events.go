@@ -246,3 +246,11 @@ func (b *Broker) EventHistory(ctx context.Context, p *api.EventsHistoryParams) (
 	}
 	return &api.EventsHistoryResult{Events: evs, Next: next}, nil
 }
+
+// EventSequence is the sequence number of the newest event published, 0
+// before the first: events published after the call have greater ones.
+func (b *Broker) EventSequence() int64 {
+	b.evMu.Lock()
+	defer b.evMu.Unlock()
+	return b.evSeq
+}

@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,49 +11,27 @@ import (
 )
 
 // invokeWaiting invokes p and, when the answer is CONFIRMATION_REQUIRED,
-// waits for the user's decision, as `pcpctl invoke --wait` does: it
-// invokes again on the same session presenting the confirmation id with
-// wait_ms, so the core holds the call until the user decides (on their
-// own surfaces: nothing on this connection can), the confirmation
-// expires, or the face's bound (Options.ConfirmWait) passes. It returns
-// the outcome: the result, or CONFIRMATION_DENIED, CONFIRMATION_EXPIRED,
-// or, past the bound, the CONFIRMATION_REQUIRED still pending. While it
-// waits it sends progress notifications when the client asked for them.
+// waits for the user's decision up to the face's bound
+// (Options.ConfirmWait), as core.Broker.InvokeAwaitingDecision does.
+// While it waits it sends progress notifications when the client asked
+// for them.
 func (c *call) invokeWaiting(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
-	res, err := c.s.b.InvokeCapability(ctx, p)
-	id, required := pendingConfirmation(err)
-	if !required {
-		return res, err
-	}
-	until := time.Now().Add(c.s.opts.ConfirmWait)
-	stop := c.progress(ctx, id, err)
+	pending, stop := c.whilePending(ctx)
 	defer stop()
-	for {
-		left := time.Until(until)
-		if left <= 0 || ctx.Err() != nil {
-			e := api.AsError(err)
-			return nil, api.Errorf(api.CodeConfirmationRequired, e.Data,
-				"the user has not decided %s within %v; it is still pending: call again to keep waiting", id, c.s.opts.ConfirmWait)
-		}
-		p.ConfirmationID = id
-		p.WaitMS = min(left.Milliseconds()+1, api.MaxConfirmationWaitMS)
-		res, err = c.s.b.InvokeCapability(ctx, p)
-		again, ok := pendingConfirmation(err)
-		if !ok || again != id {
-			return res, err
-		}
-	}
+	return c.s.b.InvokeAwaitingDecision(ctx, p, c.s.opts.ConfirmWait, pending)
 }
 
-// pendingConfirmation reports the confirmation id of a
-// CONFIRMATION_REQUIRED error.
-func pendingConfirmation(err error) (string, bool) {
-	var pe *api.Error
-	if !errors.As(err, &pe) || pe.Code != api.CodeConfirmationRequired {
-		return "", false
-	}
-	id, _ := pe.DataMap()["confirmation_id"].(string)
-	return id, id != ""
+// whilePending returns the pending callback of a wait for the user
+// (it starts the progress notifications) and the function that stops
+// them.
+func (c *call) whilePending(ctx context.Context) (pending func(*api.Error), stop func()) {
+	stopProgress := func() {}
+	return func(e *api.Error) {
+			id, _ := e.DataMap()["confirmation_id"].(string)
+			stopProgress = c.progress(ctx, id, e)
+		}, func() {
+			stopProgress()
+		}
 }
 
 // progress sends the first progress notification of a wait at once, and

@@ -12,52 +12,17 @@ import (
 
 // The tools' core calls, one handler each, in the table's order.
 
-type actArgs struct {
-	SurfaceID string          `json:"surface_id"`
-	Action    string          `json:"action"`
-	ElementID string          `json:"element_id,omitempty"`
-	Target    *actTarget      `json:"target,omitempty"`
-	Value     json.RawMessage `json:"value,omitempty"`
-}
-
-type actTarget struct {
-	Role   string   `json:"role,omitempty"`
-	Name   string   `json:"name,omitempty"`
-	Text   string   `json:"text,omitempty"`
-	States []string `json:"states,omitempty"`
-}
-
-// act is invoke.action on an element id, or, for a target, the AT-SPI2
-// path of the dispatch: the capability <app id>.<action>, which the
-// adapter detects and resolves the target for, under its trust level
-// (confirm unless the user's policy relaxes it).
+// act is core.Broker.Act: invoke.action on an element id, or the
+// AT-SPI2 path of the dispatch for a target, waited out as pcp_invoke
+// is.
 func act(ctx context.Context, c *call) (any, error) {
-	p, err := decode[actArgs](c)
+	p, err := decode[api.ActParams](c)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case p.ElementID != "" && p.Target != nil:
-		return nil, api.InvalidParam("target", "give element_id or target, not both")
-	case p.ElementID != "":
-		return c.s.b.InvokeAction(ctx, &api.InvokeActionParams{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action, Value: p.Value})
-	case p.Target == nil:
-		return nil, api.MissingParam("element_id")
-	}
-	appID, _, ok := strings.Cut(p.SurfaceID, "/")
-	if !ok || appID == "" {
-		return nil, api.InvalidParam("surface_id", "%q names no app: want <app id>/<n>", p.SurfaceID)
-	}
-	params := map[string]any{"target": p.Target}
-	if p.Value != nil {
-		params["value"] = p.Value
-	}
-	raw, err := json.Marshal(params)
-	if err != nil {
-		return nil, api.InvalidParam("target", "%v", err)
-	}
-	return c.invokeWaiting(ctx, &api.InvokeCapabilityParams{CapabilityID: api.CapabilityID(appID, p.Action), AppID: appID,
-		Source: api.SourceSystemIntelligence, Params: raw})
+	pending, stop := c.whilePending(ctx)
+	defer stop()
+	return c.s.b.Act(ctx, p, c.s.opts.ConfirmWait, pending)
 }
 
 func sessionContext(ctx context.Context, c *call) (any, error) {

@@ -35,7 +35,10 @@ type conn struct {
 
 	sessionID string
 	box       *sandbox // nil until the handshake
-	clients   map[string]*clientBinding
+	// events buffers the events of the session's subscription, opened
+	// at the handshake, for nextEvent.
+	events  *eventBuffer
+	clients map[string]*clientBinding
 
 	// requests carries the reader's requests to the worker; done is
 	// closed when the reader ends. Both are nil when no reader runs

@@ -33,8 +33,8 @@ func FuzzHandle(f *testing.F) {
 	b := newBroker(f)
 	s := New(b, Options{EvalTimeout: 200 * time.Millisecond, MemoryLimit: 16 << 20})
 	f.Fuzz(func(t *testing.T, frame string) {
-		c := &conn{s: s, transport: map[string]any{"kind": "test"}}
-		c.sess = b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "inproc", UID: -1, PID: -1}, core.Endpoint{})
+		c := &conn{s: s, transport: map[string]any{"kind": "test"}, events: newEventBuffer()}
+		c.sess = b.OpenSession(core.SessionInfo{Role: core.RoleAgent, Transport: "inproc", UID: -1, PID: -1}, core.Endpoint{Events: c.events})
 		defer func() {
 			if c.box != nil {
 				c.box.close()

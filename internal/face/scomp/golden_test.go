@@ -34,8 +34,9 @@ import (
 //	ws< !closed CODE REASON  the server closed the connection so
 //
 // Every other name speaks PCP's JSON-RPC face on the same broker, as an
-// app does. An optional "config" section sets "eval_timeout D" and
-// "invoke_timeout D". The
+// app does; names starting with "user" as the user (the control
+// socket's role). An optional "config" section sets "eval_timeout D",
+// "confirm_wait D" and "invoke_timeout D". The
 // broker runs with a fixed clock and deterministic ids; the session id
 // is sess_1, sess_2, ... in order of handshake.
 func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden) }
@@ -106,6 +107,12 @@ func runGolden(t *testing.T, file string) {
 				t.Fatal(err)
 			}
 			opts.EvalTimeout = d
+		case f[0] == "confirm_wait" && len(f) == 2:
+			d, err := time.ParseDuration(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.ConfirmWait = d
 		case f[0] == "invoke_timeout" && len(f) == 2:
 			d, err := time.ParseDuration(f[1])
 			if err != nil {
@@ -123,7 +130,11 @@ func runGolden(t *testing.T, file string) {
 	path, stop := unixServer(t, face)
 	rs := rpc.NewServer(b, rpc.Options{})
 	lines := golden.NewLines(t, func(name string, c net.Conn) {
-		rs.ServeConn(c, core.SessionInfo{Role: core.RoleAgent, Transport: "unix", UID: 1000, PID: 4343})
+		role := core.RoleAgent
+		if strings.HasPrefix(name, "user") {
+			role = core.RoleUser
+		}
+		rs.ServeConn(c, core.SessionInfo{Role: role, Transport: "unix", UID: 1000, PID: 4343})
 	})
 	conns := &wsConns{t: t, path: path, lines: lines, ws: map[string]*websocket.Conn{}}
 	defer func() {
@@ -182,7 +193,8 @@ func (c *wsConns) Send(name, text string) error {
 
 func (c *wsConns) Recv(name string) (string, error) {
 	if !strings.HasPrefix(name, "ws") {
-		return c.lines.Recv(name)
+		s, err := c.lines.Recv(name)
+		return sameUID(s), err
 	}
 	ws, err := c.conn(name)
 	if err != nil {
@@ -201,13 +213,17 @@ func (c *wsConns) Recv(name string) (string, error) {
 	if typ != websocket.MessageText {
 		return "", fmt.Errorf("a binary frame from the server: %q", data)
 	}
-	// The peer is this test's own user; transcripts write uid 1000.
+	return sameUID(string(data)), nil
+}
+
+// sameUID writes the peer's uid, this test's own user's, as 1000, as
+// transcripts do.
+func sameUID(s string) string {
 	uid := os.Getuid()
-	s := string(data)
 	for _, r := range [][2]string{{`"uid":%d,`, `"uid":1000,`}, {`"uid":%d}`, `"uid":1000}`}, {"uid=%d,", "uid=1000,"}} {
 		s = strings.ReplaceAll(s, fmt.Sprintf(r[0], uid), r[1])
 	}
-	return s, nil
+	return s
 }
 
 func (c *wsConns) closeAll() {

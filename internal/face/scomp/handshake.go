@@ -103,11 +103,19 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 			Name: BindingName(cp.ID), Description: describe(cp), Input: api.ParamsSchema(cp.Parameters), Output: resultSchema, Effects: effects(cp)}})
 	}
 	slices.SortFunc(bindings, func(a, b serverBinding) int { return strings.Compare(a.capID, b.capID) })
+	bindings = append(bindings, builtinBindings()...)
 	for _, sb := range bindings {
 		if clients[sb.Name] != nil {
+			what := "PCP capability " + sb.capID
+			if sb.capID == "" {
+				what = "pcpd's own"
+			}
 			return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"binding": sb.Name},
-				"client binding %q has the name of a server binding (PCP capability %s)", sb.Name, sb.capID)
+				"client binding %q has the name of a server binding (%s)", sb.Name, what)
 		}
+	}
+	if _, err := c.s.b.Subscribe(cctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
+		return nil, err
 	}
 	c.clients = clients
 	box, err := newSandbox(c, bindings, order)
@@ -116,9 +124,10 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 	}
 	c.box = box
 	c.sessionID = c.s.opts.NewSessionID()
+	lim := c.limits()
 	out := handshakeResult{Protocol: ProtocolVersion, SessionID: c.sessionID, Bindings: []Binding{}, Metadata: map[string]any{
 		"server":    map[string]any{"name": "pcpd", "version": c.s.opts.Version},
-		"runtime":   map[string]any{"language": "javascript", "engine": "quickjs", "evalTimeoutMs": c.s.opts.EvalTimeout.Milliseconds(), "memoryLimitBytes": c.s.opts.MemoryLimit},
+		"runtime":   map[string]any{"language": "javascript", "engine": "quickjs", "evalTimeoutMs": lim.EvalTimeout.Milliseconds(), "memoryLimitBytes": lim.MemoryLimit},
 		"transport": c.transport,
 		"actor":     c.sess.Actor(),
 	}}

@@ -70,12 +70,17 @@ type sandbox struct {
 	clients []string
 	vm      *quickjs.VM
 
-	// Of the eval running: its context, and how its promise settled.
-	ctx     context.Context
-	running bool
-	settled bool
-	ok      bool
-	outcome string
+	// Of the eval running: its context and clock, and how its promise
+	// settled.
+	ctx         context.Context
+	clock       *evalClock
+	memoryLimit int
+	// evCursor is the sequence after which nextEvent looks.
+	evCursor int64
+	running  bool
+	settled  bool
+	ok       bool
+	outcome  string
 }
 
 func newSandbox(c *conn, bindings []serverBinding, clients []string) (*sandbox, error) {
@@ -195,7 +200,11 @@ func (b *sandbox) reset() error {
 	}
 	pairs := [][2]string{}
 	for _, sb := range b.list {
-		pairs = append(pairs, [2]string{sb.Name, sb.capID})
+		key := sb.capID
+		if key == "" {
+			key = sb.Name // a builtin
+		}
+		pairs = append(pairs, [2]string{sb.Name, key})
 	}
 	raw, _ := json.Marshal(pairs)
 	clients, _ := json.Marshal(append([]string{}, b.clients...))
@@ -207,7 +216,7 @@ func (b *sandbox) reset() error {
 	}
 	// The limit is set once the bindings are in, so that it bounds the
 	// evals' own memory.
-	vm.SetMemoryLimit(uintptr(b.c.s.opts.MemoryLimit))
+	vm.SetMemoryLimit(uintptr(b.c.limits().MemoryLimit))
 	b.vm = vm
 	return nil
 }
@@ -227,33 +236,53 @@ func (b *sandbox) settle(ok bool, s string) {
 }
 
 // call is a binding call: a real invocation, with the session's
-// identity, of capability id. Its answer is JSON: {"result": ...} or
-// {"error": {code, name, message, data}}.
+// identity, of capability id, or a call of one of the face's own
+// bindings (builtins.go). Its answer is JSON: {"result": ...} or
+// {"error": {code, name, message, data}}. A capability at trust level
+// confirm waits for the user's decision (Options.ConfirmWait at most),
+// the eval's clock paused meanwhile, then runs or fails with
+// CONFIRMATION_DENIED or CONFIRMATION_EXPIRED (CONFIRMATION_REQUIRED,
+// still pending, when the wait ran out).
 func (b *sandbox) call(id, params string) string {
-	sb, ok := b.byID[id]
-	var res *api.CapabilityResult
-	var err error
-	if !ok {
-		err = api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no binding for %s", id)
-	} else {
-		ctx := core.WithSession(b.ctx, b.c.sess)
-		res, err = b.c.s.b.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: id, AppID: sb.appID,
-			Source: api.SourceSystemIntelligence, Params: json.RawMessage(params)})
-	}
-	if err != nil {
-		var pe *api.Error
-		if !errors.As(err, &pe) {
-			if b.ctx.Err() != nil {
-				pe = api.Errorf(api.CodeExecutionTimeout, map[string]any{"capability_id": id}, "the eval's time ran out during the call")
-			} else {
-				pe = api.Errorf(api.CodeInternalError, nil, "%v", err)
-			}
+	if fn, ok := builtins[id]; ok {
+		res, err := b.callBuiltin(id, fn, json.RawMessage(params))
+		if err != nil {
+			return b.errorAnswer(id, err)
 		}
-		return errorJSON(pe)
+		return resultJSON(res)
 	}
-	out, merr := jsonrpc.Marshal(map[string]any{"result": res})
-	if merr != nil {
-		out, _ = jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(api.CodeInternalError), Name: api.CodeInternalError.Name(), Message: merr.Error()}})
+	sb, ok := b.byID[id]
+	if !ok {
+		return errorJSON(api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no binding for %s", id))
+	}
+	ctx := core.WithSession(b.ctx, b.c.sess)
+	res, err := b.c.s.b.InvokeAwaitingDecision(ctx, &api.InvokeCapabilityParams{CapabilityID: id, AppID: sb.appID,
+		Source: api.SourceSystemIntelligence, Params: json.RawMessage(params)}, b.c.s.confirmWait(), func(*api.Error) { b.clock.pause() })
+	b.clock.resume()
+	if err != nil {
+		return b.errorAnswer(id, err)
+	}
+	return resultJSON(res)
+}
+
+// errorAnswer is the answer of a binding call that failed with err.
+func (b *sandbox) errorAnswer(id string, err error) string {
+	var pe *api.Error
+	if !errors.As(err, &pe) {
+		if b.ctx.Err() != nil {
+			pe = api.Errorf(api.CodeExecutionTimeout, map[string]any{"binding": id}, "the eval's time ran out during the call")
+		} else {
+			pe = api.Errorf(api.CodeInternalError, nil, "%v", err)
+		}
+	}
+	return errorJSON(pe)
+}
+
+// resultJSON is a binding call's answer of res to the prelude.
+func resultJSON(res any) string {
+	out, err := jsonrpc.Marshal(map[string]any{"result": res})
+	if err != nil {
+		return errorJSON(api.Errorf(api.CodeInternalError, nil, "%v", err))
 	}
 	return string(out)
 }
@@ -289,6 +318,7 @@ func (b *sandbox) invoke(name, input string) string {
 // the eval by interrupting the VM; a VM that ran out of time or memory
 // is replaced, the session goes on.
 func (b *sandbox) eval(ctx context.Context, code string) (json.RawMessage, error) {
+	b.evCursor = b.c.s.b.EventSequence()
 	return b.drive(ctx, func() error { return b.run(code) })
 }
 
@@ -335,9 +365,15 @@ func (b *sandbox) runRef(id, input string) error {
 // within the eval limits: the time limit interrupts the VM; a VM that
 // ran out of time or memory is replaced, the session goes on.
 func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessage, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.c.s.opts.EvalTimeout)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	b.ctx, b.settled, b.ok, b.outcome = ctx, false, false, ""
+	lim := b.c.limits()
+	limit := lim.EvalTimeout
+	b.memoryLimit = lim.MemoryLimit
+	b.vm.SetMemoryLimit(uintptr(lim.MemoryLimit))
+	clock := startClock(limit, cancel)
+	defer clock.stop()
+	b.ctx, b.clock, b.settled, b.ok, b.outcome = ctx, clock, false, false, ""
 	b.running = true
 	defer func() { b.running = false }()
 	interrupted := make(chan struct{})
@@ -355,7 +391,7 @@ func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessag
 		if rerr := b.reset(); rerr != nil {
 			return nil, rerr
 		}
-		return nil, &evalError{Kind: KindTimeout, Message: fmt.Sprintf("TimeoutError: the eval ran longer than %v", b.c.s.opts.EvalTimeout)}
+		return nil, &evalError{Kind: KindTimeout, Message: fmt.Sprintf("TimeoutError: the eval ran longer than %v", limit)}
 	}
 	if err != nil {
 		var pe *api.Error
@@ -369,7 +405,7 @@ func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessag
 				if rerr := b.reset(); rerr != nil {
 					return nil, rerr
 				}
-				return nil, &evalError{Kind: KindMemory, Stack: qe.Stack, Message: fmt.Sprintf("MemoryError: the eval used more than %d bytes", b.c.s.opts.MemoryLimit)}
+				return nil, &evalError{Kind: KindMemory, Stack: qe.Stack, Message: fmt.Sprintf("MemoryError: the eval used more than %d bytes", b.memoryLimit)}
 			}
 			return nil, &evalError{Kind: KindEval, Stack: qe.Stack, Message: qe.Name + ": " + qe.Message}
 		}
@@ -398,7 +434,7 @@ func (b *sandbox) outcomeOf() (json.RawMessage, error) {
 		if rerr := b.reset(); rerr != nil {
 			return nil, rerr
 		}
-		return nil, &evalError{Kind: KindMemory, Stack: d.Stack, Message: fmt.Sprintf("MemoryError: the eval used more than %d bytes", b.c.s.opts.MemoryLimit)}
+		return nil, &evalError{Kind: KindMemory, Stack: d.Stack, Message: fmt.Sprintf("MemoryError: the eval used more than %d bytes", b.memoryLimit)}
 	}
 	return nil, &evalError{Kind: KindEval, Stack: d.Stack, Message: d.Name + ": " + d.Message}
 }

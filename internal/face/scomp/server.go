@@ -68,6 +68,13 @@ type Options struct {
 	Logger  *slog.Logger
 	// NewSessionID makes session ids; nil means random ones. Tests fix it.
 	NewSessionID func() string
+	// ConfirmWait bounds how long a binding call waits for the user to
+	// decide a confirmation; 0 means DefaultConfirmWait.
+	ConfirmWait time.Duration
+	// SessionLimits, when set, gives the eval limits of a session of the
+	// contained agent named agent ("" for none), read at each eval: the
+	// user's policy. A zero field leaves the Options' own.
+	SessionLimits func(agent string) Limits
 }
 
 // Server is the scomp face of one broker.
@@ -257,8 +264,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, info core.Session
 		delete(s.conns, ws)
 		s.mu.Unlock()
 	}()
-	c := &conn{s: s, ws: ws, transport: transport}
-	c.sess = s.b.OpenSession(info, core.Endpoint{Closer: closerFunc(func() error { return ws.CloseNow() })})
+	c := &conn{s: s, ws: ws, transport: transport, events: newEventBuffer()}
+	c.sess = s.b.OpenSession(info, core.Endpoint{Events: c.events, Closer: closerFunc(func() error { return ws.CloseNow() })})
 	defer c.close()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
