@@ -609,6 +609,14 @@ type PolicyLimits struct {
 	PerConnectionBurst Valued `json:"per_connection_burst"`
 }
 
+// PolicyScomp are the effective limits of a scomp session's evals.
+// EvalTimeout's value is a duration string; MemoryLimitMiB's an integer
+// number of MiB.
+type PolicyScomp struct {
+	EvalTimeout    Valued `json:"eval_timeout"`
+	MemoryLimitMiB Valued `json:"memory_limit_mib"`
+}
+
 // PolicyCapability is one capability's declared and effective settings.
 type PolicyCapability struct {
 	CapabilityID string `json:"capability_id"`
@@ -627,5 +635,6 @@ type PolicyView struct {
 	Agent              string             `json:"agent,omitempty"`
 	Limits             PolicyLimits       `json:"limits"`
 	ConfirmationExpiry Valued             `json:"confirmation_expiry"`
+	Scomp              PolicyScomp        `json:"scomp"` // for Agent's scomp sessions, the global ones without
 	Capabilities       []PolicyCapability `json:"capabilities"`
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/daemon"
+	"github.com/pcp-dev/pcp/internal/policy"
 )
 
 // confirmManifest declares "ping" at trust level confirm; extra adds
@@ -233,8 +234,14 @@ func TestPolicy(t *testing.T) {
 	if show.ConfirmationExpiry.Value == nil || show.Limits.PerApp.From == "" || len(show.Capabilities) == 0 {
 		t.Errorf("policy show --json: got %+v, want the expiry, limits with provenance and capabilities", show)
 	}
+	if got, want := show.Scomp, (api.PolicyScomp{
+		EvalTimeout:    api.Valued{Value: "30s", From: policy.FromBuiltin},
+		MemoryLimitMiB: api.Valued{Value: float64(policy.DefaultScompMemoryLimitMiB), From: policy.FromBuiltin},
+	}); got != want {
+		t.Errorf("policy show --json: scomp %+v, want %+v", got, want)
+	}
 	out := d.mustRun(t, "policy", "show", "--source", string(api.SourceSystemIntelligence))
-	for _, w := range []string{"policy file:", "SETTING", "per_app", "confirmation_expiry", "CAPABILITY", "DECLARED", "EFFECTIVE", "pcp.inspection.health"} {
+	for _, w := range []string{"policy file:", "SETTING", "per_app", "confirmation_expiry", "scomp.eval_timeout", "scomp.memory_limit_mib", "CAPABILITY", "DECLARED", "EFFECTIVE", "pcp.inspection.health"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("policy show lacks %q:\n%s", w, out)
 		}

@@ -28,9 +28,9 @@ func (e *env) policyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
 		Short: "Show or reload the user's policy",
-		Long: `Show the policy pcpd applies: rate limits, the confirmation expiry, and each
-capability's effective trust level and timeout, each with where it came from
-(the policy file, the manifest, or a built-in default).`,
+		Long: `Show the policy pcpd applies: rate limits, the confirmation expiry, the scomp
+eval limits, and each capability's effective trust level and timeout, each
+with where it came from (the policy file, the manifest, or a built-in default).`,
 		Args: cobra.NoArgs,
 	}
 	var source, agent string
@@ -108,6 +108,8 @@ func (e *env) policy(ctx context.Context, control bool, method string, params an
 		{"per_connection", v.Limits.PerConnection},
 		{"per_connection_burst", v.Limits.PerConnectionBurst},
 		{"confirmation_expiry", v.ConfirmationExpiry},
+		{"scomp.eval_timeout", v.Scomp.EvalTimeout},
+		{"scomp.memory_limit_mib", v.Scomp.MemoryLimitMiB},
 	} {
 		t.row(s.name, policyValue(s.v), orDash(s.v.From))
 	}

@@ -108,3 +108,34 @@ func TestPolicyRateLimits(t *testing.T) {
 		t.Errorf("second invocation under a 1/s policy: got %v, want RATE_LIMITED", err)
 	}
 }
+
+func TestPolicyShowScomp(t *testing.T) {
+	pol, err := policy.Parse("policy.toml", []byte("[scomp]\neval_timeout = \"5s\"\n[agents.claude.scomp]\nmemory_limit_mib = 256\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newMailWorld(t, "")
+	w.b.setPolicy(pol)
+	tests := []struct {
+		agent string
+		want  api.PolicyScomp
+	}{
+		{"", api.PolicyScomp{
+			EvalTimeout:    api.Valued{Value: "5s", From: "policy.toml: scomp"},
+			MemoryLimitMiB: api.Valued{Value: float64(64), From: policy.FromBuiltin},
+		}},
+		{"claude", api.PolicyScomp{
+			EvalTimeout:    api.Valued{Value: "5s", From: "policy.toml: scomp"},
+			MemoryLimitMiB: api.Valued{Value: float64(256), From: "policy.toml: agents.claude.scomp"},
+		}},
+	}
+	for _, tt := range tests {
+		view, err := w.b.PolicyShow(w.user, &api.PolicyShowParams{Agent: tt.agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if view.Scomp != tt.want {
+			t.Errorf("policy show for agent %q: scomp %+v, want %+v", tt.agent, view.Scomp, tt.want)
+		}
+	}
+}

@@ -7,6 +7,8 @@ type agentDoc struct {
 	// TrustLevel is a floor for everything the agent invokes.
 	TrustLevel trustSetting           `toml:"trust_level"`
 	Apps       map[string]agentAppDoc `toml:"apps"`
+	// Scomp overrides [scomp] for the agent's scomp sessions.
+	Scomp scompDoc `toml:"scomp"`
 }
 
 type agentAppDoc struct {
@@ -20,7 +22,7 @@ type agentCapabilityDoc struct {
 
 var (
 	agentAppKS = schema{"trust_level": leaf, "capabilities": &schema{"*": &schema{"trust_level": leaf}}}
-	agentKS    = schema{"trust_level": leaf, "apps": &schema{"*": &agentAppKS}}
+	agentKS    = schema{"trust_level": leaf, "apps": &schema{"*": &agentAppKS}, "scomp": &scompKS}
 )
 
 // DecideFor is Decide for a request from the contained agent named agent

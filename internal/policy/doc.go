@@ -1,7 +1,7 @@
 // Package policy reads the user's policy file, policy.toml, and computes
 // from it and a capability's manifest declaration the trust level and
-// timeout the daemon enforces, plus the global rate limits and the
-// confirmation expiry. The file belongs to the person whose machine it
+// timeout the daemon enforces, plus the global rate limits, the
+// confirmation expiry and the limits of the scomp face's evals. The file belongs to the person whose machine it
 // is: it may loosen what a manifest declares as well as tighten it.
 //
 // Load reads the file (the caller chooses the path, normally
@@ -41,6 +41,14 @@
 //	[agents.<agent name>.apps."<app id>".capabilities.<capability name>]
 //	trust_level = "deny"              # this agent, this capability
 //
+//	[scomp]                           # the scomp face's JavaScript evals
+//	eval_timeout = "30s"              # duration, 100ms..1h; built-in 30s
+//	memory_limit_mib = 64             # integer, 1..4096, per session's VM; built-in 64
+//
+//	[agents.<agent name>.scomp]       # this agent's scomp sessions
+//	eval_timeout = "2m"               # as in [scomp], which it overrides
+//	memory_limit_mib = 256
+//
 // Durations are strings in Go's time.ParseDuration form ("500ms", "30s",
 // "2m", "1h30m"). Rates may be written as integers or floats.
 //
@@ -50,7 +58,7 @@
 // belongs or a value where a table belongs; a value of the wrong TOML
 // type; a trust level other than the three; an unparsable, zero, negative
 // or out-of-range duration; a negative, NaN or infinite rate; a negative
-// burst; a source other than the ones api.InvocationSource.Valid accepts;
+// burst; a memory limit that is not an integer from 1 to 4096; a source other than the ones api.InvocationSource.Valid accepts;
 // an empty app id or capability name; an agent name that
 // api.CheckAgentName refuses; a file over MaxFileSize. Unknown
 // keys are all reported, joined; any other problem stops at the first.
@@ -83,6 +91,17 @@
 // 30s. Policy values outside 100ms..1h are load errors; a manifest value
 // outside them is clamped to the nearest bound.
 //
+// # scomp
+//
+// The scomp face runs an agent's JavaScript in one QuickJS VM per
+// session. Scomp(agent) gives the limits of that session's evals: each of
+// eval_timeout (the wall-clock time of one eval) and memory_limit_mib
+// (the VM's heap, in MiB of 1 << 20 bytes) is the first set of:
+// agents.<agent>.scomp, scomp, the built-in default (30s, 64). The two
+// keys are independent: an agent table that sets only one inherits the
+// other. A session that is no contained agent's uses scomp and the
+// defaults.
+//
 // # Provenance
 //
 // Every effective value is a Valued, whose From says where it came from:
@@ -92,6 +111,8 @@
 //	policy.toml: sources.SystemIntelligence                 a source floor that raised the level
 //	policy.toml: agents.claude.apps."org.pcp.notes"         an agent's app rule (and .capabilities.<c>)
 //	policy.toml: agents.claude                              an agent's floor that raised the level
+//	policy.toml: agents.claude.scomp                        an agent's scomp limits
+//	policy.toml: scomp                                      the [scomp] table
 //	policy.toml: defaults                                   the [defaults] table
 //	manifest                                                the manifest's declaration
 //	manifest (clamped to 1h)                                a manifest timeout outside the bounds
@@ -104,8 +125,15 @@
 //
 // # JSON
 //
-// View, CapabilityView and Limits marshal for `pcpctl policy show`. A
-// Valued marshals as {"value": V, "from": "..."}; a Valued[time.Duration]
-// writes V as a duration string ("30s", "2m", "1h30m") and reads back any
-// time.ParseDuration string.
+// View, CapabilityView, Limits and ScompLimits marshal for `pcpctl policy
+// show`. A Valued marshals as {"value": V, "from": "..."}; a
+// Valued[time.Duration] writes V as a duration string ("30s", "2m",
+// "1h30m") and reads back any time.ParseDuration string. The view's
+// "scomp" member holds the scomp limits of the view's agent (the global
+// ones when it has none):
+//
+//	"scomp": {
+//	  "eval_timeout": {"value": "30s", "from": "built-in default"},
+//	  "memory_limit_mib": {"value": 256, "from": "policy.toml: agents.claude.scomp"}
+//	}
 package policy

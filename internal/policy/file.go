@@ -55,6 +55,7 @@ type fileDoc struct {
 	Apps     map[string]appDoc    `toml:"apps"`
 	Sources  map[string]sourceDoc `toml:"sources"`
 	Agents   map[string]agentDoc  `toml:"agents"`
+	Scomp    scompDoc             `toml:"scomp"`
 }
 
 type defaultsDoc struct {
@@ -100,6 +101,7 @@ var (
 		"apps":     &schema{"*": &appKS},
 		"sources":  &schema{"*": &schema{"trust_level": leaf}},
 		"agents":   &schema{"*": &agentKS},
+		"scomp":    &scompKS,
 	}
 )
 

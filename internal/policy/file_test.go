@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseErrors(t *testing.T) {
@@ -20,7 +21,7 @@ func TestParseErrors(t *testing.T) {
 		{"key in the wrong case", "[apps.a]\nTrust_Level = \"deny\"\n",
 			"apps.a.Trust_Level", 2, "case-sensitive"},
 		{"unknown table", "\n[default]\ntimeout = \"1s\"\n",
-			"default", 2, "want one of agents, apps, defaults, sources"},
+			"default", 2, "want one of agents, apps, defaults, scomp, sources"},
 		{"unknown defaults key", "[defaults]\nrate_per_ap = 1\n",
 			"defaults.rate_per_ap", 2, "unknown key"},
 		{"unknown capability key", "[apps.a.capabilities.c]\ntrust = \"auto\"\n",
@@ -47,7 +48,7 @@ func TestParseErrors(t *testing.T) {
 		{"source named like a wildcard", "[sources.\"*\"]\ntrust_level = \"auto\"\n",
 			`sources."*"`, 1, "unknown invocation source"},
 		{"table in the wrong case", "[Apps.a]\ntrust_level = \"auto\"\n",
-			"Apps", 1, "want one of agents, apps, defaults, sources"},
+			"Apps", 1, "want one of agents, apps, defaults, scomp, sources"},
 		{"bad trust level", "[apps.a]\n\ntrust_level = \"allow\"\n",
 			"apps.a.trust_level", 3, `unknown trust level "allow", want "auto", "confirm" or "deny"`},
 		{"trust level not a string", "[sources.SystemIntelligence]\ntrust_level = 2\n",
@@ -82,6 +83,41 @@ func TestParseErrors(t *testing.T) {
 			"defaults.rate_per_connection_burst", 2, "want an integer burst, got float 1.5"},
 		{"huge burst", "[defaults]\nrate_per_connection_burst = 9999999999\n",
 			"defaults.rate_per_connection_burst", 2, "too large"},
+
+		{"unknown scomp key", "[scomp]\nmemory_limit = 64\n",
+			"scomp.memory_limit", 2, "unknown key, want one of eval_timeout, memory_limit_mib (keys are case-sensitive)"},
+		{"scomp key in the wrong case", "[scomp]\nEval_Timeout = \"1s\"\n",
+			"scomp.Eval_Timeout", 2, "case-sensitive"},
+		{"unknown agent scomp key", "[agents.claude.scomp]\ntimeout = \"1s\"\n",
+			"agents.claude.scomp.timeout", 2, "unknown key, want one of eval_timeout, memory_limit_mib"},
+		{"scomp that is a value", "scomp = 64\n",
+			"scomp", 1, "must be a table, not an integer"},
+		{"agent scomp that is a string", "[agents.claude]\nscomp = \"fast\"\n",
+			"agents.claude.scomp", 2, "must be a table, not a string"},
+		{"scomp table below a leaf", "[scomp.eval_timeout]\nx = 1\n",
+			"scomp.eval_timeout", 1, "got a table"},
+		{"eval timeout without unit", "[scomp]\neval_timeout = 30\n",
+			"scomp.eval_timeout", 2, `want a duration string such as "30s", got integer 30`},
+		{"bad eval timeout", "[scomp]\neval_timeout = \"soon\"\n",
+			"scomp.eval_timeout", 2, `invalid duration "soon"`},
+		{"zero eval timeout", "[agents.claude.scomp]\neval_timeout = \"0s\"\n",
+			"agents.claude.scomp.eval_timeout", 2, `duration "0s" must be positive`},
+		{"eval timeout too short", "[scomp]\neval_timeout = \"99ms\"\n",
+			"scomp.eval_timeout", 2, `duration "99ms" out of range, want 100ms to 1h`},
+		{"eval timeout too long", "[agents.claude.scomp]\n\neval_timeout = \"1h0m1s\"\n",
+			"agents.claude.scomp.eval_timeout", 3, "out of range, want 100ms to 1h"},
+		{"memory limit as a string", "[scomp]\nmemory_limit_mib = \"64\"\n",
+			"scomp.memory_limit_mib", 2, `want an integer number of MiB, got string "64"`},
+		{"fractional memory limit", "[scomp]\nmemory_limit_mib = 64.5\n",
+			"scomp.memory_limit_mib", 2, "want an integer number of MiB, got float 64.5"},
+		{"zero memory limit", "[scomp]\nmemory_limit_mib = 0\n",
+			"scomp.memory_limit_mib", 2, "memory limit 0 MiB out of range, want 1 to 4096"},
+		{"negative memory limit", "[agents.claude.scomp]\nmemory_limit_mib = -1\n",
+			"agents.claude.scomp.memory_limit_mib", 2, "memory limit -1 MiB out of range"},
+		{"memory limit too large", "agents.claude.scomp.memory_limit_mib = 4097\n",
+			"agents.claude.scomp.memory_limit_mib", 1, "memory limit 4097 MiB out of range, want 1 to 4096"},
+		{"scomp of a bad agent name", "[agents.\"a b\".scomp]\neval_timeout = \"1s\"\n",
+			`agents."a b"`, 1, `agent name "a b"`},
 
 		{"syntax error", "[defaults]\ntimeout = \n",
 			"", 2, "expected value"},
@@ -189,6 +225,13 @@ capabilities.send = { trust_level = "auto", timeout = "1m" }
 
 [sources.SystemIntelligence]      # per invocation source; "SystemIntelligence" is the only source today
 trust_level = "confirm"           # floor for this source: may only tighten
+
+[scomp]                           # the scomp face's evals
+eval_timeout = "30s"
+memory_limit_mib = 64
+
+[agents.claude.scomp]
+memory_limit_mib = 256
 `
 	p, err := Parse("policy.toml", []byte(text))
 	if err != nil {
@@ -198,5 +241,10 @@ trust_level = "confirm"           # floor for this source: may only tighten
 	want := Decision{lvl("auto", fromSend), dur(60e9, fromSend)}
 	if d != want {
 		t.Errorf("Decide = %+v, want %+v", d, want)
+	}
+	l := p.Scomp("claude")
+	wantL := ScompLimits{dur(30*time.Second, "policy.toml: scomp"), Valued[int]{256, "policy.toml: agents.claude.scomp"}}
+	if l != wantL {
+		t.Errorf("Scomp(claude) = %+v, want %+v", l, wantL)
 	}
 }

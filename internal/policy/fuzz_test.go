@@ -16,6 +16,7 @@ var fuzzSeeds = []string{
 	"apps.a.capabilities.c = { trust_level = \"auto\", timeout = \"1s\" }\n",
 	"[sources.SystemIntelligence]\ntrust_level = \"deny\"\n",
 	"[[apps]]\n",
+	"[scomp]\neval_timeout = \"30s\"\nmemory_limit_mib = 64\n[agents.claude.scomp]\nmemory_limit_mib = 256\n",
 }
 
 func FuzzParse(f *testing.F) {
@@ -65,6 +66,19 @@ func FuzzParse(f *testing.F) {
 		l := v.Limits
 		if l.PerApp.Value < 0 || l.PerConnection.Value < 0 || l.PerAppBurst.Value < 0 || l.PerConnectionBurst.Value < 0 {
 			t.Fatalf("Parse(%q): limits %+v", data, l)
+		}
+		agents := []string{"", "other"}
+		for a := range p.agents {
+			agents = append(agents, a)
+		}
+		for _, a := range agents {
+			s := p.Scomp(a)
+			if e := s.EvalTimeout.Value; e < MinScompEvalTimeout || e > MaxScompEvalTimeout || s.EvalTimeout.From == "" {
+				t.Fatalf("Parse(%q): scomp eval timeout of %q %+v", data, a, s.EvalTimeout)
+			}
+			if m := s.MemoryLimitMiB.Value; m < MinScompMemoryLimitMiB || m > MaxScompMemoryLimitMiB || s.MemoryLimitMiB.From == "" {
+				t.Fatalf("Parse(%q): scomp memory limit of %q %+v", data, a, s.MemoryLimitMiB)
+			}
 		}
 	})
 }

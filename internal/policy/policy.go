@@ -51,6 +51,7 @@ type Policy struct {
 	apps     map[string]appDoc
 	sources  map[string]sourceDoc
 	agents   map[string]agentDoc
+	scomp    scompDoc
 }
 
 // Valued is an effective value and where it came from (see the package
@@ -116,6 +117,7 @@ func Parse(name string, data []byte) (*Policy, error) {
 		apps:     doc.Apps,
 		sources:  doc.Sources,
 		agents:   doc.Agents,
+		scomp:    doc.Scomp,
 	}, nil
 }
 

@@ -34,6 +34,7 @@ type View struct {
 	Agent              string                `json:"agent,omitempty"` // the contained agent they are for, if any
 	Limits             Limits                `json:"limits"`
 	ConfirmationExpiry Valued[time.Duration] `json:"confirmation_expiry"`
+	Scomp              ScompLimits           `json:"scomp"` // for Agent's scomp sessions
 	Capabilities       []CapabilityView      `json:"capabilities"`
 }
 
@@ -52,6 +53,7 @@ func (p *Policy) ViewFor(caps []CapabilityInput, source, agent string) View {
 		Agent:              agent,
 		Limits:             p.Limits(),
 		ConfirmationExpiry: p.ConfirmationExpiry(),
+		Scomp:              p.Scomp(agent),
 		Capabilities:       make([]CapabilityView, 0, len(caps)),
 	}
 	for _, c := range caps {

@@ -29,6 +29,7 @@ func TestView(t *testing.T) {
 			PerConnectionBurst: Valued[int]{1000, FromBuiltin},
 		},
 		ConfirmationExpiry: dur(2*time.Minute, FromBuiltin),
+		Scomp:              ScompLimits{dur(30*time.Second, FromBuiltin), mib(64, FromBuiltin)},
 		Capabilities: []CapabilityView{
 			{"org.pcp.notes/delete", "org.pcp.notes", "delete", "confirm", lvl("deny", fromDelete), dur(2*time.Second, fromDelete)},
 			{"org.pcp.notes/edit", "org.pcp.notes", "edit", "confirm", lvl("confirm", fromSI), dur(10*time.Second, fromNotes)},
@@ -73,10 +74,59 @@ func TestViewDefaultJSON(t *testing.T) {
     "value": "2m",
     "from": "built-in default"
   },
+  "scomp": {
+    "eval_timeout": {
+      "value": "30s",
+      "from": "built-in default"
+    },
+    "memory_limit_mib": {
+      "value": 64,
+      "from": "built-in default"
+    }
+  },
   "capabilities": []
 }`
 	if got := string(b); got != want {
 		t.Errorf("JSON mismatch (-want +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+func TestViewForAgentScomp(t *testing.T) {
+	p := mustParse(t, samplePolicy+`
+[scomp]
+eval_timeout = "1m30s"
+memory_limit_mib = 128
+
+[agents.claude.scomp]
+memory_limit_mib = 256
+`)
+	tests := []struct {
+		agent string
+		want  string // the "scomp" member of the JSON
+	}{
+		{"", `"scomp":{"eval_timeout":{"value":"1m30s","from":"policy.toml: scomp"},"memory_limit_mib":{"value":128,"from":"policy.toml: scomp"}}`},
+		{"claude", `"scomp":{"eval_timeout":{"value":"1m30s","from":"policy.toml: scomp"},"memory_limit_mib":{"value":256,"from":"policy.toml: agents.claude.scomp"}}`},
+		{"other", `"scomp":{"eval_timeout":{"value":"1m30s","from":"policy.toml: scomp"},"memory_limit_mib":{"value":128,"from":"policy.toml: scomp"}}`},
+	}
+	for _, tt := range tests {
+		v := p.ViewFor(nil, si, tt.agent)
+		if diff := cmp.Diff(p.Scomp(tt.agent), v.Scomp); diff != "" {
+			t.Errorf("ViewFor(%q).Scomp mismatch (-want +got):\n%s", tt.agent, diff)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(tt.want)) {
+			t.Errorf("ViewFor(%q) JSON %s lacks %s", tt.agent, b, tt.want)
+		}
+		var back View
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("Unmarshal: %v", err)
+		}
+		if diff := cmp.Diff(v, back); diff != "" {
+			t.Errorf("ViewFor(%q) round trip mismatch (-want +got):\n%s", tt.agent, diff)
+		}
 	}
 }
 
