@@ -126,3 +126,8 @@ func (b *Broker) confirmationExpiry() time.Duration {
 	}
 	return b.pol.Load().ConfirmationExpiry().Value
 }
+
+// Policy is the user's policy in force (a reload replaces it whole), for
+// the faces that apply limits of their own, such as the scomp face's
+// eval limits.
+func (b *Broker) Policy() *policy.Policy { return b.pol.Load() }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pcp-dev/pcp/internal/face/scomp"
+	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
@@ -64,7 +65,8 @@ func (s *Server) newScomp() error {
 			return fmt.Errorf("--scomp: %w", err)
 		}
 	}
-	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log})
+	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log,
+		SessionLimits: s.scompLimits})
 	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions, s.notifyConns)}
 	s.scomp = sc
 	l, err := unixsock.Listen(cfg.Socket)
@@ -85,6 +87,22 @@ func (s *Server) newScomp() error {
 	}
 	sc.tcp = &http.Server{Handler: face.TCPHandler(sc.ln.Addr().String(), token), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
 	return nil
+}
+
+// scompLimits are the eval limits the user's policy in force sets for a
+// scomp session of agent ("" for none): the policy file's [scomp] and
+// [agents.NAME.scomp] tables win over pcpd's flags, which win over the
+// built-in defaults (a zero field leaves the flag's value).
+func (s *Server) scompLimits(agent string) scomp.Limits {
+	p := s.b.Policy().Scomp(agent)
+	var l scomp.Limits
+	if p.EvalTimeout.From != policy.FromBuiltin {
+		l.EvalTimeout = p.EvalTimeout.Value
+	}
+	if p.MemoryLimitMiB.From != policy.FromBuiltin {
+		l.MemoryLimit = p.MemoryLimitMiB.Value << 20
+	}
+	return l
 }
 
 // ScompAddr is the address the scomp TCP endpoint listens on, "" without
