@@ -403,6 +403,40 @@ func TestDesktop(t *testing.T) {
 		poll("the calculator's display", displayShows("5"))
 	})
 
+	t.Run("calculator: 4 + 3 = 7, from one scomp eval", func(t *testing.T) {
+		// One program on pcpd's scomp.sock finds the calculator's window
+		// in the session context, reads its tree, presses a key by
+		// element id and the others by target: the Tier 2 reach of an
+		// eval, each call a core call of its own.
+		sc, err := client.DialScomp(ctx, filepath.Join(filepath.Dir(w.socket), "scomp.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		code := `const c = await sessionContext();
+const sid = c.active_surfaces.find((s) => s.startsWith("` + calc + `/"));
+const tree = await queryElements({surface_id: sid});
+let four = null;
+const find = (e) => {
+  if (four === null && e.role === "push button" && e.label.split(" ")[0] === "4") four = e.id;
+  (e.children ?? []).forEach(find);
+};
+find(tree.root);
+await act({surface_id: sid, action: "activate", element_id: four});
+for (const key of ["+", "3", "="]) {
+  await act({surface_id: sid, action: "activate", target: {role: "push button", name: key}});
+}
+[sid, four !== null]`
+		v, err := sc.Eval(ctx, code)
+		if err != nil {
+			t.Fatalf("the eval: %v", err)
+		}
+		if want := `["` + calc + `/1",true]`; string(v) != want {
+			t.Fatalf("the eval: %s, want %s", v, want)
+		}
+		poll("the calculator's display", displayShows("7"))
+	})
+
 	t.Run("every execution is on the audit chain", func(t *testing.T) {
 		var tail api.AuditTailResult
 		w.pcpctlJSON(&tail, "audit", "tail", "-n", "50")
@@ -414,7 +448,7 @@ func TestDesktop(t *testing.T) {
 				routes++
 			}
 		}
-		if routes < 6 {
+		if routes < 9 {
 			t.Errorf("%d audit entries with route accessibility:atspi, want every execution", routes)
 		}
 		if v := w.auditVerify(); !v.OK {

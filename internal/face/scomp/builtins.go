@@ -78,7 +78,7 @@ var builtins = map[string]builtin{
 	"queryElements": {
 		description: "A surface's element tree, or the subtree at focus_id, from its accessibility adapter (query.elements).",
 		input:       `{"type":"object","properties":{"surface_id":{"type":"string"},"focus_id":{"type":"string"}},"required":["surface_id"]}`,
-		output:      `{"type":"object","properties":{"elements":{"type":"array"}},"required":["elements"]}`,
+		output:      `{"type":"object","properties":{"root":{"type":"object","properties":{"id":{"type":"string"},"role":{"type":"string"},"label":{"type":"string"},"children":{"type":"array"}}}},"required":["root"]}`,
 		effects:     []string{"read"},
 		call: func(b *sandbox, raw json.RawMessage) (any, error) {
 			var p api.QueryElementsParams
