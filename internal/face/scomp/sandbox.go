@@ -133,15 +133,16 @@ const prelude = `(function (call, settle, invoke, bindings, clients) {
     Object.defineProperty(globalThis, name, {value: f, enumerable: true});
   }
   for (const [name, id] of bindings) {
-    const f = {[name]: async function (params) {
-      const r = JSON.parse(call(id, JSON.stringify(params === undefined ? {} : params) ?? "{}"));
-      if (r.error) {
-        const e = new Error(r.error.message);
+    const f = {[name]: function (params) {
+      const s = call(id, JSON.stringify(params === undefined ? {} : params) ?? "{}");
+      if (s.charCodeAt(0) === 33) {
+        const pe = JSON.parse(s.slice(1));
+        const e = new Error(pe.message);
         e.name = "BindingError";
-        e.pcp = r.error;
-        throw e;
+        e.pcp = pe;
+        return Promise.reject(e);
       }
-      return r.result;
+      return Promise.resolve(JSON.parse(s));
     }}[name];
     Object.defineProperty(globalThis, name, {value: f, enumerable: true});
   }
@@ -237,8 +238,8 @@ func (b *sandbox) settle(ok bool, s string) {
 
 // call is a binding call: a real invocation, with the session's
 // identity, of capability id, or a call of one of the face's own
-// bindings (builtins.go). Its answer is JSON: {"result": ...} or
-// {"error": {code, name, message, data}}. A capability at trust level
+// bindings (builtins.go). Its answer is the result's JSON, or "!" and
+// the PCP error's {code, name, message, data}. A capability at trust level
 // confirm waits for the user's decision (Options.ConfirmWait at most),
 // the eval's clock paused meanwhile, then runs or fails with
 // CONFIRMATION_DENIED or CONFIRMATION_EXPIRED (CONFIRMATION_REQUIRED,
@@ -247,22 +248,22 @@ func (b *sandbox) call(id, params string) string {
 	if fn, ok := builtins[id]; ok {
 		res, err := b.callBuiltin(id, fn, json.RawMessage(params))
 		if err != nil {
-			return b.errorAnswer(id, err)
+			return "!" + b.errorAnswer(id, err)
 		}
-		return resultJSON(res)
+		return serverResult(res)
 	}
 	sb, ok := b.byID[id]
 	if !ok {
-		return errorJSON(api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no binding for %s", id))
+		return "!" + pcpErrorJSON(api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no binding for %s", id))
 	}
 	ctx := core.WithSession(b.ctx, b.c.sess)
 	res, err := b.c.s.b.InvokeAwaitingDecision(ctx, &api.InvokeCapabilityParams{CapabilityID: id, AppID: sb.appID,
 		Source: api.SourceSystemIntelligence, Params: json.RawMessage(params)}, b.c.s.confirmWait(), func(*api.Error) { b.clock.pause() })
 	b.clock.resume()
 	if err != nil {
-		return b.errorAnswer(id, err)
+		return "!" + b.errorAnswer(id, err)
 	}
-	return resultJSON(res)
+	return serverResult(res)
 }
 
 // errorAnswer is the answer of a binding call that failed with err.
@@ -275,20 +276,27 @@ func (b *sandbox) errorAnswer(id string, err error) string {
 			pe = api.Errorf(api.CodeInternalError, nil, "%v", err)
 		}
 	}
-	return errorJSON(pe)
+	return pcpErrorJSON(pe)
 }
 
-// resultJSON is a binding call's answer of res to the prelude.
-func resultJSON(res any) string {
-	out, err := jsonrpc.Marshal(map[string]any{"result": res})
+// serverResult is a server binding call's answer of res to the
+// prelude.
+func serverResult(res any) string {
+	out, err := jsonrpc.Marshal(res)
 	if err != nil {
-		return errorJSON(api.Errorf(api.CodeInternalError, nil, "%v", err))
+		return "!" + pcpErrorJSON(api.Errorf(api.CodeInternalError, nil, "%v", err))
 	}
 	return string(out)
 }
 
-// errorJSON is a failed binding call's answer to the prelude.
+// errorJSON is a failed client binding call's answer to the prelude:
+// {"error": PCP error}.
 func errorJSON(pe *api.Error) string {
+	return `{"error":` + pcpErrorJSON(pe) + `}`
+}
+
+// pcpErrorJSON is pe as a binding call rejects with it.
+func pcpErrorJSON(pe *api.Error) string {
 	var data json.RawMessage
 	if pe.Data != nil {
 		data, _ = jsonrpc.Marshal(pe.Data)
@@ -298,7 +306,7 @@ func errorJSON(pe *api.Error) string {
 		info, _ := pe.Code.Info()
 		msg = info.Message
 	}
-	out, _ := jsonrpc.Marshal(map[string]any{"error": pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data}})
+	out, _ := jsonrpc.Marshal(pcpError{Code: int(pe.Code), Name: pe.Code.Name(), Message: msg, Data: data})
 	return string(out)
 }
 
