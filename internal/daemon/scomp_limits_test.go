@@ -370,3 +370,22 @@ func TestScompTCPAuthTimeout(t *testing.T) {
 	}
 	waitConns(t, r.Server, "both untracked", func() bool { return len(r.unauth) == 0 })
 }
+
+// A scomp memory total that cannot hold one session's heap stops the
+// start.
+func TestScompMemoryTotalBelowLimit(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pcpd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := New(Config{Socket: filepath.Join(dir, "run", "pcp.sock"), StateDir: filepath.Join(dir, "state"), TrustDir: filepath.Join(dir, "trust"),
+		Scomp: ScompConfig{MemoryLimit: 64 << 20, MemoryTotal: 1 << 20}})
+	if err == nil {
+		s.Close()
+		t.Fatal("pcpd started with a scomp memory total below one session's limit")
+	}
+	if !strings.Contains(err.Error(), "--scomp-memory-total") {
+		t.Errorf("the error %q does not name --scomp-memory-total", err)
+	}
+}

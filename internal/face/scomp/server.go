@@ -10,7 +10,9 @@
 // opened with the SessionInfo the upgrade established, and after
 // handshake (handshake.go) its sandbox (sandbox.go): one QuickJS VM whose
 // only host objects are the bindings, each a core invocation with the
-// connection's session.
+// connection's session. Before its upgrade a connection reserves its
+// heap's limit of the face-wide budget (budget.go), which it gives back
+// when it ends.
 //
 // Goroutines: two per connection: the HTTP server's, which handles the
 // requests one at a time, so evals run in order, and a reader that reads
