@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -28,8 +29,16 @@ type ScompConfig struct {
 	EvalTimeout time.Duration
 	// Sessions bounds the scomp sessions open at once on the scomp.sock
 	// sockets per agent: per uid on the shared one, per name on a
-	// contained agent's own (default DefaultScompSessions).
+	// contained agent's own; and those of the TCP endpoint together
+	// (default DefaultScompSessions).
 	Sessions int
+	// MemoryLimit bounds one session's JavaScript heap (default
+	// scomp.DefaultMemoryLimit); MemoryTotal bounds the heaps of the
+	// sessions open at once together, every transport's (default
+	// scomp.DefaultMemoryTotal). Each session reserves MemoryLimit of
+	// MemoryTotal while it is open.
+	MemoryLimit int
+	MemoryTotal int64
 }
 
 func (c *Config) scompDefaults() {
@@ -48,7 +57,8 @@ func (c *Config) scompDefaults() {
 // HTTP servers, one on scomp.sock and one on Addr when set (each
 // contained agent's scomp.sock has its own: agents.go). The scomp.sock
 // connections count against Limits as the other sockets' do
-// (scompListener), and sessions holds the bound per agent.
+// (scompListener), and so do the TCP endpoint's (scompTCPListener);
+// sessions holds the bound per agent.
 type scompServer struct {
 	face       *scomp.Server
 	sessions   *scompSessions
@@ -65,7 +75,12 @@ func (s *Server) newScomp() error {
 			return fmt.Errorf("--scomp: %w", err)
 		}
 	}
+	limit, total := int64(cmp.Or(cfg.MemoryLimit, scomp.DefaultMemoryLimit)), cmp.Or(cfg.MemoryTotal, scomp.DefaultMemoryTotal)
+	if cfg.MemoryLimit < 0 || cfg.MemoryTotal < 0 || total < limit {
+		return fmt.Errorf("--scomp-memory-total %d, --scomp-memory-limit %d: the total must hold at least one session's heap", total, limit)
+	}
 	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log,
+		MemoryLimit: cfg.MemoryLimit, MemoryTotal: cfg.MemoryTotal, AdmitTCP: s.admitScompTCP,
 		SessionLimits: s.scompLimits})
 	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions, s.notifyConns)}
 	s.scomp = sc
@@ -85,7 +100,9 @@ func (s *Server) newScomp() error {
 	if sc.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 		return err
 	}
-	sc.tcp = &http.Server{Handler: face.TCPHandler(sc.ln.Addr().String(), token), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	addr := sc.ln.Addr().String()
+	sc.ln = &scompTCPListener{Listener: sc.ln, s: s}
+	sc.tcp = &http.Server{Handler: face.TCPHandler(addr, token), ConnContext: scompTCPConnContext, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
 	return nil
 }
 

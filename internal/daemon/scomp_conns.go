@@ -49,24 +49,70 @@ func (l *scompListener) Accept() (net.Conn, error) {
 			refuseHTTP(c, refusal)
 			continue
 		}
-		return &scompConn{UnixConn: c, s: l.s, t: t}, nil
+		return &scompConn{Conn: c, s: l.s, t: t}, nil
+	}
+}
+
+// scompTCPListener admits the connections the --scomp endpoint accepts
+// as the JSON-RPC TCP endpoint's are (Server.admit): each counts against
+// the total and, until one of its requests presents the token (AdmitTCP
+// takes it out of them), against Limits.UnauthenticatedTCP; one that
+// has not authenticated within Limits.Auth is closed, so connections
+// that never present the token cannot keep holding those slots. A
+// refused one gets an HTTP 429 (503 when shutting down) before its
+// request is read, as on scomp.sock.
+type scompTCPListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *scompTCPListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		t := &tracked{c: c, uid: -1, kind: kindTCP, face: true}
+		if refusal := l.s.track(t); refusal != nil {
+			refuseHTTP(c, refusal)
+			continue
+		}
+		sc := &scompConn{Conn: c, s: l.s, t: t}
+		if d := l.s.cfg.Limits.Auth; d > 0 {
+			sc.authTimer = time.AfterFunc(d, func() { l.s.closeUnauthenticated(c) })
+		}
+		return sc, nil
+	}
+}
+
+// closeUnauthenticated closes c if it is a TCP connection that has not
+// authenticated.
+func (s *Server) closeUnauthenticated(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.unauth[c]; ok {
+		c.Close()
 	}
 }
 
 // scompConn is an admitted scomp connection; closing it (once) takes it
-// out of the count. Server.finish and closeAgentConns close the
-// UnixConn under it (tracked.c), which ends its reads, and then its
-// owner closes it.
+// out of the count. Server.finish and closeAgentConns close the Conn
+// under it (tracked.c), which ends its reads, and then its owner closes
+// it. authTimer, on TCP, closes it if it has not authenticated in time.
 type scompConn struct {
-	*net.UnixConn
-	s    *Server
-	t    *tracked
-	once sync.Once
+	net.Conn
+	s         *Server
+	t         *tracked
+	authTimer *time.Timer
+	once      sync.Once
 }
 
 func (c *scompConn) Close() error {
-	err := c.UnixConn.Close()
+	err := c.Conn.Close()
 	c.once.Do(func() {
+		if c.authTimer != nil {
+			c.authTimer.Stop()
+		}
 		c.s.untrack(c.t)
 		c.s.connWG.Done()
 	})
@@ -82,7 +128,7 @@ func scompConnContext(agent string) func(context.Context, net.Conn) context.Cont
 		if !ok {
 			return ctx
 		}
-		ctx = scomp.UnixConnContext(ctx, sc.UnixConn)
+		ctx = scomp.UnixConnContext(ctx, sc.Conn)
 		if agent != "" {
 			ctx = scomp.WithAgent(ctx, agent)
 		}
@@ -90,10 +136,32 @@ func scompConnContext(agent string) func(context.Context, net.Conn) context.Cont
 	}
 }
 
+// scompTCPConnContext is the --scomp server's ConnContext: the
+// connection's tracked entry, for admitScompTCP.
+func scompTCPConnContext(ctx context.Context, c net.Conn) context.Context {
+	if sc, ok := c.(*scompConn); ok {
+		ctx = context.WithValue(ctx, trackedKey{}, sc.t)
+	}
+	return ctx
+}
+
 type trackedKey struct{}
 
+// admitScompTCP is the face's AdmitTCP: the request presented the token,
+// so its connection is no longer unauthenticated, and the session it
+// opens counts against the bound of the TCP sessions. Those all hold the
+// one token pcpd wrote, so they are one agent as far as the bound goes:
+// together they hold at most Scomp.Sessions.
+func (s *Server) admitScompTCP(r *http.Request) (func(), *api.Error) {
+	if t, ok := r.Context().Value(trackedKey{}).(*tracked); ok {
+		s.authenticated(t.c)
+	}
+	ss := s.scomp.sessions
+	return ss.acquire("tcp", map[string]any{"scope": "scomp_sessions", "limit": ss.limit, "transport": "tcp"}, "the TCP endpoint")
+}
+
 // scompSessions bounds the scomp sessions of each agent: a contained
-// agent by its name, any other by its uid.
+// agent by its name, the TCP endpoint's together, any other by its uid.
 //
 // Concurrency: mu guards open; every request handler of the scomp.sock
 // servers shares it. mu is a leaf: changed is called without it.
@@ -132,10 +200,8 @@ func (ss *scompSessions) handler(h http.Handler) http.Handler {
 			key, data = "agent:"+t.agent, map[string]any{"scope": "scomp_sessions", "limit": ss.limit, "agent": t.agent}
 			who = "agent " + t.agent
 		}
-		ss.mu.Lock()
-		if ss.open[key] >= ss.limit {
-			ss.mu.Unlock()
-			e := api.Errorf(api.CodeRateLimited, data, "scomp session refused: %s already has %d scomp sessions open", who, ss.limit)
+		release, e := ss.acquire(key, data, who)
+		if e != nil {
 			// Connection: close hangs up after the answer, so a refused
 			// connection does not hold a slot of the connection caps.
 			w.Header().Set("Connection", "close")
@@ -144,18 +210,32 @@ func (ss *scompSessions) handler(h http.Handler) http.Handler {
 			w.Write(append(jsonrpc.AppendError(nil, nil, e), '\n'))
 			return
 		}
-		ss.open[key]++
-		ss.mu.Unlock()
-		defer func() {
+		defer release()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// acquire takes one of key's sessions, or answers the refusal (data is
+// its data, who names key in its message) when key holds the limit.
+// release gives it back.
+func (ss *scompSessions) acquire(key string, data map[string]any, who string) (release func(), _ *api.Error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.open[key] >= ss.limit {
+		return nil, api.Errorf(api.CodeRateLimited, data, "scomp session refused: %s already has %d scomp sessions open", who, ss.limit)
+	}
+	ss.open[key]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
 			ss.mu.Lock()
 			if ss.open[key]--; ss.open[key] <= 0 {
 				delete(ss.open, key)
 			}
 			ss.mu.Unlock()
 			ss.changed()
-		}()
-		h.ServeHTTP(w, r)
-	})
+		})
+	}, nil
 }
 
 // refuseHTTP answers a scomp connection refused before its request is

@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
@@ -214,5 +218,174 @@ func TestScompShutdownWithConnectionsCounted(t *testing.T) {
 	}
 	if n := r.perUIDCount(); n != 0 {
 		t.Errorf("%d connections still counted after shutdown", n)
+	}
+}
+
+// scompTCPUpgrade sends a WebSocket upgrade on c (with header lines
+// extra, each ending in \r\n) and returns the HTTP status and the
+// JSON-RPC error of the refusal.
+func scompTCPUpgrade(t *testing.T, c net.Conn, extra string) (int, *api.Error) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: " + c.RemoteAddr().String() + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + extra + "\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to the upgrade: %v", err)
+	}
+	defer resp.Body.Close()
+	var m struct{ Error *api.Error }
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || m.Error == nil {
+		t.Fatalf("status %d: the body is not a JSON-RPC error: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, m.Error
+}
+
+// dialScompTCP opens a scomp session on the TCP endpoint at addr.
+func dialScompTCP(ctx context.Context, addr, token string) (*websocket.Conn, error) {
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr+"/", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		return nil, err
+	}
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"handshake","params":{"protocol":"0.1","bindings":[]}}`)); err != nil {
+		ws.CloseNow()
+		return nil, err
+	}
+	if _, data, err := ws.Read(ctx); err != nil || !strings.Contains(string(data), `"sessionId"`) {
+		ws.CloseNow()
+		return nil, fmt.Errorf("handshake: %s %v", data, err)
+	}
+	return ws, nil
+}
+
+// The --scomp endpoint's connections are admitted as the JSON-RPC TCP
+// endpoint's: counted against the total, and against the cap of
+// unauthenticated TCP until they present the token; past it a
+// connection is refused before its request is read. Its sessions
+// together are bounded by Scomp.Sessions.
+func TestScompTCPLimits(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r := serve(t, Config{Limits: Limits{UnauthenticatedTCP: 2, Connections: 100}, Scomp: ScompConfig{Addr: "127.0.0.1:0", Sessions: 2}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := r.ScompAddr()
+	tok, err := os.ReadFile(r.cfg.Scomp.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(tok))
+	total := func() int { return len(r.conns) }
+	before := func() int { r.mu.Lock(); defer r.mu.Unlock(); return total() }()
+
+	// Two connections that send nothing hold the unauthenticated slots.
+	var quiet []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		quiet = append(quiet, c)
+	}
+	waitConns(t, r.Server, "two unauthenticated connections", func() bool { return len(r.unauth) == 2 && total() == before+2 })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, e := scompTCPUpgrade(t, c, "Authorization: Bearer "+token+"\r\n")
+	c.Close()
+	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "tcp_unauthenticated" || d["limit"] != float64(2) {
+		t.Errorf("past the unauthenticated cap: %d %+v, want 429 RATE_LIMITED scope tcp_unauthenticated limit 2", status, e)
+	}
+	for _, c := range quiet {
+		c.Close()
+	}
+	waitConns(t, r.Server, "the quiet connections untracked", func() bool { return len(r.unauth) == 0 && total() == before })
+
+	// Sessions authenticate: they leave the unauthenticated slots free
+	// and count against the total.
+	var held []*websocket.Conn
+	defer func() {
+		for _, ws := range held {
+			ws.CloseNow()
+		}
+	}()
+	for range 2 {
+		ws, err := dialScompTCP(ctx, addr, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ws)
+	}
+	waitConns(t, r.Server, "two TCP sessions", func() bool { return len(r.unauth) == 0 && total() == before+2 })
+	if n := r.scomp.sessions.count("tcp"); n != 2 {
+		t.Errorf("%d TCP sessions counted, want 2", n)
+	}
+	c, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, e = scompTCPUpgrade(t, c, "Authorization: Bearer "+token+"\r\n")
+	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "scomp_sessions" || d["limit"] != float64(2) || d["transport"] != "tcp" {
+		t.Errorf("a third TCP session: %d %+v, want 429 RATE_LIMITED scope scomp_sessions limit 2 transport tcp", status, e)
+	}
+	waitEOF(t, c, 5*time.Second) // Connection: close
+	c.Close()
+
+	// A closed session frees its slot.
+	held[0].Close(websocket.StatusNormalClosure, "")
+	held = held[1:]
+	waitConns(t, r.Server, "the closed session's slot", func() bool { return r.scomp.sessions.count("tcp") == 1 && total() == before+1 })
+	ws, err := dialScompTCP(ctx, addr, token)
+	if err != nil {
+		t.Fatalf("a session after one closed: %v", err)
+	}
+	held = append(held, ws)
+}
+
+// A --scomp connection that does not authenticate within Limits.Auth is
+// closed, whether it sent nothing or was answered 401.
+func TestScompTCPAuthTimeout(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	r := serve(t, Config{Limits: Limits{Auth: 200 * time.Millisecond}, Scomp: ScompConfig{Addr: "127.0.0.1:0"}})
+	silent, err := net.Dial("tcp", r.ScompAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	wrong, err := net.Dial("tcp", r.ScompAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	if status, e := scompTCPUpgrade(t, wrong, "Authorization: Bearer nope\r\n"); status != http.StatusUnauthorized || e.Code != api.CodePermissionDenied {
+		t.Fatalf("a wrong token: %d %+v, want 401 PERMISSION_DENIED", status, e)
+	}
+	start := time.Now()
+	waitEOF(t, silent, 5*time.Second)
+	waitEOF(t, wrong, 5*time.Second)
+	// The HTTP server's own header timeout is 10 s.
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("closed after %v, want about the 200ms of Limits.Auth", d)
+	}
+	waitConns(t, r.Server, "both untracked", func() bool { return len(r.unauth) == 0 })
+}
+
+// A scomp memory total that cannot hold one session's heap stops the
+// start.
+func TestScompMemoryTotalBelowLimit(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pcpd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := New(Config{Socket: filepath.Join(dir, "run", "pcp.sock"), StateDir: filepath.Join(dir, "state"), TrustDir: filepath.Join(dir, "trust"),
+		Scomp: ScompConfig{MemoryLimit: 64 << 20, MemoryTotal: 1 << 20}})
+	if err == nil {
+		s.Close()
+		t.Fatal("pcpd started with a scomp memory total below one session's limit")
+	}
+	if !strings.Contains(err.Error(), "--scomp-memory-total") {
+		t.Errorf("the error %q does not name --scomp-memory-total", err)
 	}
 }

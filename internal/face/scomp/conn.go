@@ -37,8 +37,11 @@ type conn struct {
 	box       *sandbox // nil until the handshake
 	// events buffers the events of the session's subscription, opened
 	// at the handshake, for nextEvent.
-	events  *eventBuffer
-	clients map[string]*clientBinding
+	events *eventBuffer
+	// reserved is the heap the connection reserved of
+	// Options.MemoryTotal (0: none, as in FuzzHandle).
+	reserved int
+	clients  map[string]*clientBinding
 
 	// requests carries the reader's requests to the worker; done is
 	// closed when the reader ends. Both are nil when no reader runs

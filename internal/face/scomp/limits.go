@@ -16,18 +16,30 @@ type Limits struct {
 	MemoryLimit int
 }
 
-// limits are the limits of c's next eval: the user's policy for its
-// agent where it sets them, else the face's options.
-func (c *conn) limits() Limits {
-	l := Limits{EvalTimeout: c.s.opts.EvalTimeout, MemoryLimit: c.s.opts.MemoryLimit}
-	if f := c.s.opts.SessionLimits; f != nil {
-		p := f(c.sess.Info.Agent)
+// limitsFor are the limits of a session of agent ("" for none) now:
+// the user's policy for it where it sets them, else the face's options.
+func (s *Server) limitsFor(agent string) Limits {
+	l := Limits{EvalTimeout: s.opts.EvalTimeout, MemoryLimit: s.opts.MemoryLimit}
+	if f := s.opts.SessionLimits; f != nil {
+		p := f(agent)
 		if p.EvalTimeout > 0 {
 			l.EvalTimeout = p.EvalTimeout
 		}
 		if p.MemoryLimit > 0 {
 			l.MemoryLimit = p.MemoryLimit
 		}
+	}
+	return l
+}
+
+// limits are the limits of c's next eval. Its heap may not outgrow what
+// the connection reserved of Options.MemoryTotal at its upgrade: a
+// policy reload lowers a live session's memory limit, and raises it
+// only for the sessions opened after.
+func (c *conn) limits() Limits {
+	l := c.s.limitsFor(c.sess.Info.Agent)
+	if c.reserved > 0 && l.MemoryLimit > c.reserved {
+		l.MemoryLimit = c.reserved
 	}
 	return l
 }

@@ -10,7 +10,9 @@
 // opened with the SessionInfo the upgrade established, and after
 // handshake (handshake.go) its sandbox (sandbox.go): one QuickJS VM whose
 // only host objects are the bindings, each a core invocation with the
-// connection's session.
+// connection's session. Before its upgrade a connection reserves its
+// heap's limit of the face-wide budget (budget.go), which it gives back
+// when it ends.
 //
 // Goroutines: two per connection: the HTTP server's, which handles the
 // requests one at a time, so evals run in order, and a reader that reads
@@ -63,6 +65,20 @@ type Options struct {
 	// MemoryLimit bounds a session's JavaScript heap; 0 means
 	// DefaultMemoryLimit.
 	MemoryLimit int
+	// MemoryTotal bounds the heaps of the sessions open at once
+	// together: each reserves its MemoryLimit before its upgrade and
+	// gives it back when its connection ends, and an upgrade that finds
+	// too little left is refused with HTTP 429 and RATE_LIMITED, scope
+	// scomp_memory. 0 means DefaultMemoryTotal.
+	MemoryTotal int64
+	// AdmitTCP, if set, is called with each TCP upgrade request that
+	// presented the token, before anything else is done with it. An
+	// error refuses the upgrade (HTTP 429 for RATE_LIMITED, 503 for any
+	// other code) and the connection is closed after the answer;
+	// otherwise release is called once the request is done with (for an
+	// upgrade, once its session has ended). The daemon counts TCP
+	// sessions with it.
+	AdmitTCP func(r *http.Request) (release func(), err *api.Error)
 	// Version is the server version announced at handshake.
 	Version string
 	Logger  *slog.Logger
@@ -85,6 +101,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	mem    *memoryBudget
 	mu     sync.Mutex
 	conns  map[*websocket.Conn]bool
 	closed bool
@@ -105,6 +122,9 @@ func New(b *core.Broker, opts Options) *Server {
 	if opts.MemoryLimit <= 0 {
 		opts.MemoryLimit = DefaultMemoryLimit
 	}
+	if opts.MemoryTotal <= 0 {
+		opts.MemoryTotal = DefaultMemoryTotal
+	}
 	if opts.Version == "" {
 		opts.Version = "0.1.0"
 	}
@@ -115,7 +135,7 @@ func New(b *core.Broker, opts Options) *Server {
 		opts.NewSessionID = randomSessionID
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{b: b, opts: opts, conns: map[*websocket.Conn]bool{}, ctx: ctx, cancel: cancel}
+	return &Server{b: b, opts: opts, conns: map[*websocket.Conn]bool{}, mem: newMemoryBudget(opts.MemoryTotal), ctx: ctx, cancel: cancel}
 }
 
 // Authentication failures are throttled face-wide, as the other TCP
@@ -153,6 +173,19 @@ func (s *Server) TCPHandler(addr, token string) http.Handler {
 			refuse(w, http.StatusUnauthorized, api.Errorf(api.CodePermissionDenied, nil,
 				"missing or wrong bearer token: send Authorization: Bearer with the token pcpd wrote to its scomp token file"))
 			return
+		}
+		if s.opts.AdmitTCP != nil {
+			release, e := s.opts.AdmitTCP(r)
+			if e != nil {
+				status := http.StatusTooManyRequests
+				if e.Code != api.CodeRateLimited {
+					status = http.StatusServiceUnavailable
+				}
+				w.Header().Set("Connection", "close")
+				refuse(w, status, e)
+				return
+			}
+			defer release()
 		}
 		info := core.SessionInfo{Role: core.RoleAgent, Transport: "tcp", Remote: r.RemoteAddr, UID: -1, PID: -1}
 		s.serve(w, r, info, map[string]any{"kind": "websocket", "network": "tcp", "auth": "bearer"})
@@ -244,6 +277,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, info core.Session
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
+	limit := int64(s.limitsFor(info.Agent).MemoryLimit)
+	if inUse, ok := s.mem.reserve(limit); !ok {
+		w.Header().Set("Connection", "close")
+		refuse(w, http.StatusTooManyRequests, api.Errorf(api.CodeRateLimited,
+			map[string]any{"scope": "scomp_memory", "limit": s.opts.MemoryTotal, "in_use": inUse, "session_limit": limit},
+			"scomp session refused: the sessions open have reserved %d of the %d bytes of heap they may hold together, and one more needs %d",
+			inUse, s.opts.MemoryTotal, limit))
+		return
+	}
+	defer s.mem.release(limit)
 	// Origin is checked above, by rules of PCP's own.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
 	if err != nil {
@@ -264,7 +307,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, info core.Session
 		delete(s.conns, ws)
 		s.mu.Unlock()
 	}()
-	c := &conn{s: s, ws: ws, transport: transport, events: newEventBuffer()}
+	c := &conn{s: s, ws: ws, transport: transport, events: newEventBuffer(), reserved: int(limit)}
 	c.sess = s.b.OpenSession(info, core.Endpoint{Events: c.events, Closer: closerFunc(func() error { return ws.CloseNow() })})
 	defer c.close()
 	ctx, cancel := context.WithCancel(r.Context())
@@ -272,6 +315,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, info core.Session
 	defer context.AfterFunc(s.ctx, cancel)()
 	s.opts.Logger.Debug("scomp connection ended", "err", c.run(ctx))
 }
+
+// MemoryInUse is the heap the sessions open now have reserved of
+// Options.MemoryTotal.
+func (s *Server) MemoryInUse() int64 { return s.mem.used() }
 
 type closerFunc func() error
 
