@@ -33,9 +33,7 @@ type invokeParams struct {
 // invokeClient calls the client's binding name with input (JSON text):
 // the argument is checked against the binding's input schema, sent as
 // an invoke request with the server's next id, and the answer waited
-// for (at most the invoke timeout, and never past ctx, the eval's) and
-// checked against the output schema. While it waits, the worker serves
-// the client's requests that need no VM of their own.
+// for (reverseInvoke) and checked against the output schema.
 func (c *conn) invokeClient(ctx context.Context, name, input string) (json.RawMessage, *api.Error) {
 	cb, ok := c.clients[name]
 	if !ok {
@@ -46,6 +44,53 @@ func (c *conn) invokeClient(ctx context.Context, name, input string) (json.RawMe
 			"client binding %q: the argument does not match its input schema: %v", name, err)
 	}
 	params, _ := jsonrpc.Marshal(invokeParams{Name: name, Input: json.RawMessage(input)})
+	out, pe := c.reverseInvoke(ctx, params, "client binding "+strconv.Quote(name), map[string]any{"binding": name})
+	if pe != nil {
+		return nil, pe
+	}
+	if err := validate(cb.output, string(out)); err != nil {
+		return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"binding": name, "param": "output"},
+			"client binding %q answered a value that does not match its output schema: %v", name, err)
+	}
+	return out, nil
+}
+
+// clientRefParams are the params of the server's invoke of one of the
+// client's function references.
+type clientRefParams struct {
+	Ref   string          `json:"ref"`
+	Input json.RawMessage `json:"input"`
+}
+
+// invokeClientRef calls the client's function reference ref with input
+// (JSON text), as invokeClient calls a binding (no schema: the
+// reference was declared by the value that carried it).
+func (c *conn) invokeClientRef(ctx context.Context, ref, input string) (json.RawMessage, *api.Error) {
+	if c.box == nil || !c.box.crefs[ref] {
+		return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"ref": ref},
+			"the client's function reference %q was released", ref)
+	}
+	params, _ := jsonrpc.Marshal(clientRefParams{Ref: ref, Input: json.RawMessage(input)})
+	return c.reverseInvoke(ctx, params, "the client's function reference "+strconv.Quote(ref), map[string]any{"ref": ref})
+}
+
+// reverseInvoke sends an invoke request with params and the server's
+// next id, and waits for the answer: at most the invoke timeout, and
+// never past ctx (the eval's) or the connection. While it waits, the
+// worker serves the client's requests that need no VM of their own.
+// what names the callee in errors, and every error's data holds the
+// members of data.
+func (c *conn) reverseInvoke(ctx context.Context, params json.RawMessage, what string, data map[string]any) (json.RawMessage, *api.Error) {
+	with := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for k, v := range data {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
 	ch := make(chan *jsonrpc.Message, 1)
 	c.mu.Lock()
 	c.nextID++
@@ -61,7 +106,7 @@ func (c *conn) invokeClient(ctx context.Context, name, input string) (json.RawMe
 		c.mu.Unlock()
 	}()
 	if err := c.write(ctx, jsonrpc.AppendRequest(nil, json.RawMessage(id), "invoke", params)); err != nil {
-		return nil, api.Errorf(api.CodeInternalError, map[string]any{"binding": name}, "cannot send the invoke of client binding %q: %v", name, err)
+		return nil, api.Errorf(api.CodeInternalError, with(), "cannot send the invoke of %s: %v", what, err)
 	}
 	timeout := c.s.opts.InvokeTimeout
 	timer := time.NewTimer(timeout)
@@ -70,35 +115,31 @@ func (c *conn) invokeClient(ctx context.Context, name, input string) (json.RawMe
 		select {
 		case m := <-ch:
 			if m.Error != nil {
-				data := map[string]any{"binding": name}
+				d := with()
 				if m.Error.Data != nil {
-					data["data"] = m.Error.Data
+					d["data"] = m.Error.Data
 				}
-				return nil, &api.Error{Code: m.Error.Code, Message: "client binding " + strconv.Quote(name) + " failed: " + m.Error.Message, Data: data}
+				return nil, &api.Error{Code: m.Error.Code, Message: what + " failed: " + m.Error.Message, Data: d}
 			}
 			out := m.Result
 			if len(bytes.TrimSpace(out)) == 0 {
 				out = json.RawMessage("null")
 			}
-			if err := validate(cb.output, string(out)); err != nil {
-				return nil, api.Errorf(api.CodeInvalidParams, map[string]any{"binding": name, "param": "output"},
-					"client binding %q answered a value that does not match its output schema: %v", name, err)
-			}
 			return out, nil
 		case <-timer.C:
-			return nil, api.Errorf(api.CodeExecutionTimeout, map[string]any{"binding": name, "timeout_ms": timeout.Milliseconds()},
-				"client binding %q did not answer within %v", name, timeout)
+			return nil, api.Errorf(api.CodeExecutionTimeout, with("timeout_ms", timeout.Milliseconds()),
+				"%s did not answer within %v", what, timeout)
 		case <-ctx.Done():
-			return nil, api.Errorf(api.CodeExecutionTimeout, map[string]any{"binding": name}, "the eval's time ran out during the call")
+			return nil, api.Errorf(api.CodeExecutionTimeout, with(), "the eval's time ran out during the call")
 		case <-c.done:
-			return nil, api.Errorf(api.CodeInternalError, map[string]any{"binding": name}, "the connection ended during the call")
+			return nil, api.Errorf(api.CodeInternalError, with(), "the connection ended during the call")
 		case m := <-c.requests:
 			if m.Method == "eval" || m.Method == "handshake" {
 				c.backlog = append(c.backlog, m)
 				continue
 			}
 			if err := c.reply(ctx, m); err != nil {
-				return nil, api.Errorf(api.CodeInternalError, map[string]any{"binding": name}, "the connection ended during the call: %v", err)
+				return nil, api.Errorf(api.CodeInternalError, with(), "the connection ended during the call: %v", err)
 			}
 		}
 	}
@@ -153,6 +194,21 @@ func (c *conn) invokeRef(ctx context.Context, raw json.RawMessage) (any, error) 
 		return nil, err
 	}
 	return v, nil
+}
+
+// sendRelease tells the client the sandbox let go of its function
+// reference ref (release_ref, a notification). A connection that cannot
+// take it is ending anyway.
+func (c *conn) sendRelease(ref string) {
+	if c.ws == nil {
+		return
+	}
+	params, _ := jsonrpc.Marshal(map[string]string{"ref": ref})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.write(ctx, jsonrpc.AppendRequest(nil, nil, "release_ref", params)); err != nil {
+		c.s.opts.Logger.Debug("scomp: release_ref not sent", "ref", ref, "err", err)
+	}
 }
 
 // releaseRef frees one function reference; an unknown one is ignored.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -75,6 +77,9 @@ type sandbox struct {
 	ctx         context.Context
 	clock       *evalClock
 	memoryLimit int
+	// crefs are the client's function references the sandbox holds
+	// (released by the code, or all when the VM is replaced).
+	crefs map[string]bool
 	// evCursor is the sequence after which nextEvent looks.
 	evCursor int64
 	running  bool
@@ -84,7 +89,7 @@ type sandbox struct {
 }
 
 func newSandbox(c *conn, bindings []serverBinding, clients []string) (*sandbox, error) {
-	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings, clients: clients}
+	b := &sandbox{c: c, byID: map[string]serverBinding{}, list: bindings, clients: clients, crefs: map[string]bool{}}
 	for _, sb := range bindings {
 		b.byID[sb.capID] = sb
 	}
@@ -104,11 +109,9 @@ func newSandbox(c *conn, bindings []serverBinding, clients []string) (*sandbox, 
 // A client binding is an async function of one argument (undefined is
 // null) that resolves to the client's answer to an invoke, or rejects
 // with a BindingError as a server binding does.
-const prelude = `(function (call, settle, invoke, bindings, clients) {
+const prelude = `(function (call, settle, invoke, invokeRef, cref, crelease, bindings, clients) {
   "use strict";
-  delete globalThis.__scomp_call;
-  delete globalThis.__scomp_settle;
-  delete globalThis.__scomp_invoke;
+  for (const h of ["call", "settle", "invoke", "invoke_ref", "cref", "crelease"]) delete globalThis["__scomp_" + h];
   const fail = (r) => {
     const e = new Error(r.error.message);
     e.name = "BindingError";
@@ -124,9 +127,33 @@ const prelude = `(function (call, settle, invoke, bindings, clients) {
     refs.set(id, v);
     return {"$fn": id};
   };
+  const isRef = (v) => {
+    if (v === null || typeof v !== "object" || Array.isArray(v)) return false;
+    const keys = Object.keys(v);
+    return keys.length === 1 && keys[0] === "$fn" && typeof v.$fn === "string";
+  };
+  const revive = (k, v) => isRef(v) ? clientFn(v.$fn) : v;
+  const clientFn = (id) => {
+    if (!cref(id)) throw new RangeError("too many function references from the client (MAXREFS): release() some");
+    const f = function (input) {
+      let r;
+      try {
+        r = JSON.parse(invokeRef(id, JSON.stringify(input === undefined ? null : input, toRef) ?? "null"), revive);
+      } catch (e) { return Promise.reject(e); }
+      if (r.error) {
+        const e = new Error(r.error.message);
+        e.name = "BindingError";
+        e.pcp = r.error;
+        return Promise.reject(e);
+      }
+      return Promise.resolve(r.result);
+    };
+    Object.defineProperty(f, "release", {value: function () { crelease(id); }});
+    return f;
+  };
   for (const name of clients) {
     const f = {[name]: async function (input) {
-      const r = JSON.parse(invoke(name, JSON.stringify(input === undefined ? null : input, toRef) ?? "null"));
+      const r = JSON.parse(invoke(name, JSON.stringify(input === undefined ? null : input, toRef) ?? "null"), revive);
       if (r.error) fail(r);
       return r.result;
     }}[name];
@@ -157,7 +184,7 @@ const prelude = `(function (call, settle, invoke, bindings, clients) {
     const f = refs.get(id);
     if (f === undefined) return false;
     let p;
-    try { p = Promise.resolve(f(JSON.parse(input))); } catch (e) { p = Promise.reject(e); }
+    try { p = Promise.resolve(f(JSON.parse(input, revive))); } catch (e) { p = Promise.reject(e); }
     p.then((v) => {
       let s;
       try { s = JSON.stringify(v === undefined ? null : v, toRef) ?? "null"; } catch (e) { settle(false, JSON.stringify(describe(e))); return; }
@@ -173,7 +200,8 @@ const prelude = `(function (call, settle, invoke, bindings, clients) {
       settle(true, s);
     }, (e) => settle(false, JSON.stringify(describe(e))));
   }});
-})(globalThis.__scomp_call, globalThis.__scomp_settle, globalThis.__scomp_invoke, BINDINGS, CLIENTS);`
+})(globalThis.__scomp_call, globalThis.__scomp_settle, globalThis.__scomp_invoke, globalThis.__scomp_invoke_ref,
+  globalThis.__scomp_cref, globalThis.__scomp_crelease, BINDINGS, CLIENTS);`
 
 // reset makes a new VM: at the handshake, and after an eval that ran out
 // of time or memory (its jobs and heap are not to be trusted to the next
@@ -183,21 +211,20 @@ func (b *sandbox) reset() error {
 		b.vm.Close()
 		b.vm = nil
 	}
+	b.releaseClientRefs()
 	vm, err := quickjs.NewVM()
 	if err != nil {
 		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
 	}
-	if err := vm.RegisterFunc("__scomp_call", b.call, false); err != nil {
-		vm.Close()
-		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
-	}
-	if err := vm.RegisterFunc("__scomp_settle", b.settle, false); err != nil {
-		vm.Close()
-		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
-	}
-	if err := vm.RegisterFunc("__scomp_invoke", b.invoke, false); err != nil {
-		vm.Close()
-		return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+	for _, h := range []struct {
+		name string
+		f    any
+	}{{"__scomp_call", b.call}, {"__scomp_settle", b.settle}, {"__scomp_invoke", b.invoke},
+		{"__scomp_invoke_ref", b.invokeRef}, {"__scomp_cref", b.cref}, {"__scomp_crelease", b.crelease}} {
+		if err := vm.RegisterFunc(h.name, h.f, false); err != nil {
+			vm.Close()
+			return api.Errorf(api.CodeInternalError, nil, "cannot start the JavaScript engine: %v", err)
+		}
 	}
 	pairs := [][2]string{}
 	for _, sb := range b.list {
@@ -319,6 +346,46 @@ func (b *sandbox) invoke(name, input string) string {
 	}
 	out, _ := jsonrpc.Marshal(map[string]any{"result": res})
 	return string(out)
+}
+
+// invokeRef is a call of one of the client's function references: a
+// reverse invoke. Its answer is JSON as invoke's.
+func (b *sandbox) invokeRef(ref, input string) string {
+	res, pe := b.c.invokeClientRef(b.ctx, ref, input)
+	if pe != nil {
+		return errorJSON(pe)
+	}
+	out, _ := jsonrpc.Marshal(map[string]any{"result": res})
+	return string(out)
+}
+
+// cref records that a value from the client handed the sandbox its
+// function reference ref; false when the sandbox holds MaxRefs of them.
+func (b *sandbox) cref(ref string) bool {
+	if !b.crefs[ref] && len(b.crefs) >= MaxRefs {
+		return false
+	}
+	b.crefs[ref] = true
+	return true
+}
+
+// crelease is the code releasing the client's function reference ref:
+// the client is told with release_ref.
+func (b *sandbox) crelease(ref string) {
+	if !b.crefs[ref] {
+		return
+	}
+	delete(b.crefs, ref)
+	b.c.sendRelease(ref)
+}
+
+// releaseClientRefs releases every client function reference the
+// sandbox holds: its VM is going.
+func (b *sandbox) releaseClientRefs() {
+	for _, ref := range slices.Sorted(maps.Keys(b.crefs)) {
+		delete(b.crefs, ref)
+		b.c.sendRelease(ref)
+	}
 }
 
 // eval runs code as an async global script (top-level await allowed):
