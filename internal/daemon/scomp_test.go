@@ -59,8 +59,9 @@ func TestScompPythonClient(t *testing.T) {
 // testdata/scomp/node, installed by scripts/test with npm ci) on both
 // transports, as TestScompPythonClient does, a foreign Origin refused
 // on TCP, and an eval calling the client's binding mid-eval (reverse
-// invoke), its ids colliding on purpose with the client's, and a
-// function reference the client invokes mid-eval and releases.
+// invoke), its ids colliding on purpose with the client's, a function
+// reference the client invokes mid-eval and releases, one of the
+// client's own the eval calls and releases, and nextEvent.
 func TestScompNodeClient(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	node, err := exec.LookPath("node")
@@ -78,8 +79,8 @@ func TestScompNodeClient(t *testing.T) {
 		args []string
 		want int
 	}{
-		{[]string{"tcp", "ws://" + s.ScompAddr() + "/", strings.TrimSpace(string(tok))}, 10},
-		{[]string{"unix", s.cfg.Scomp.Socket}, 8},
+		{[]string{"tcp", "ws://" + s.ScompAddr() + "/", strings.TrimSpace(string(tok))}, 12},
+		{[]string{"unix", s.cfg.Scomp.Socket}, 10},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		var out bytes.Buffer

@@ -49,7 +49,7 @@ async function call(ws, id, method, params) {
 async function session(ws) {
   check("subprotocol", ws.protocol === "scomp.v0", ws.protocol);
   const notify = { name: "notify", input: { type: "object", properties: { message: { type: "string" } }, required: ["message"] }, output: { type: "string" } };
-  let r = await call(ws, 1, "handshake", { protocol: "0.1", bindings: [notify, { name: "apply", input: { type: "object", properties: { f: { type: "object", properties: { $fn: { type: "string" } }, required: ["$fn"] } }, required: ["f"] } }], metadata: { client: { name: "node-ws" } } });
+  let r = await call(ws, 1, "handshake", { protocol: "0.1", bindings: [notify, { name: "counter", output: { type: "object", properties: { $fn: { type: "string" } }, required: ["$fn"] } }, { name: "apply", input: { type: "object", properties: { f: { type: "object", properties: { $fn: { type: "string" } }, required: ["$fn"] } }, required: ["f"] } }], metadata: { client: { name: "node-ws" } } });
   check("handshake", r.result && r.result.sessionId && r.result.bindings.some((b) => b.name === "org_example_notes_create"), r);
   r = await call(ws, 2, "eval", { code: "1 + 1" });
   check("eval 1 + 1", r.result && r.result.value === 2, r);
@@ -57,6 +57,9 @@ async function session(ws) {
   check("binding call", r.result && r.result.value === "from node", r);
   await reverse(ws);
   await references(ws);
+  await clientReferences(ws);
+  r = await call(ws, 6, "eval", { code: "await org_example_notes_create({title: 'seen'}); const ev = await nextEvent({types: ['capability.invoked']}); ev.data.capability_id" });
+  check("nextEvent sees the eval's own call", r.result && r.result.value === "org.example.notes.create", r);
   ws.send(JSON.stringify([{ jsonrpc: "2.0", id: 4, method: "eval", params: { code: "1" } }]));
   r = await ws.next();
   check("batch refused", r.error && r.error.code === -32600, r);
@@ -103,6 +106,25 @@ async function references(ws) {
   send({ method: "release_ref", params: { ref } });
   const gone = await call(ws, 4, "invoke", { ref, input: 1 });
   check("function reference invoked mid-eval, then released", e.id === 1 && e.result && e.result.value === "n7!" && gone.error && gone.error.code === -32602, [e, gone]);
+}
+
+// clientReferences: the client answers counter with a function
+// reference of its own ("f1", the sandbox's first id too, on purpose);
+// the eval calls it (the server's invoke with {ref, input}, id 5) and
+// releases it, which the server tells the client with release_ref.
+async function clientReferences(ws) {
+  const send = (m) => ws.send(JSON.stringify({ jsonrpc: "2.0", ...m }));
+  send({ id: 1, method: "eval", params: { code: "{ const inc = await counter(null); const x = await inc(5); inc.release(); [typeof inc, x * 2] }" } });
+  let m = await ws.next();
+  if (!(m.method === "invoke" && m.id === 4 && m.params.name === "counter")) fail(`counter invoke: ${JSON.stringify(m)}`);
+  send({ id: 4, result: { $fn: "f1" } });
+  m = await ws.next();
+  if (!(m.method === "invoke" && m.id === 5 && m.params.ref === "f1" && m.params.input === 5)) fail(`ref invoke: ${JSON.stringify(m)}`);
+  send({ id: 5, result: 6 });
+  const rel = await ws.next();
+  const e = await ws.next();
+  check("the client's function reference called and released", rel.method === "release_ref" && rel.id === undefined && rel.params.ref === "f1" &&
+    e.id === 1 && e.result && JSON.stringify(e.result.value) === '["function",12]', [rel, e]);
 }
 
 const [kind, where, token] = process.argv.slice(2);
