@@ -39,6 +39,10 @@ type ScompConfig struct {
 	// MemoryTotal while it is open.
 	MemoryLimit int
 	MemoryTotal int64
+	// InvokeTimeout bounds the client's answer to a reverse invoke, and
+	// ConfirmWait a binding call's wait for the user's decision (0: the
+	// face's defaults).
+	InvokeTimeout, ConfirmWait time.Duration
 }
 
 func (c *Config) scompDefaults() {
@@ -81,6 +85,7 @@ func (s *Server) newScomp() error {
 	}
 	face := scomp.New(s.b, scomp.Options{MaxMessage: s.cfg.MaxLine, EvalTimeout: cfg.EvalTimeout, Logger: s.log,
 		MemoryLimit: cfg.MemoryLimit, MemoryTotal: cfg.MemoryTotal, AdmitTCP: s.admitScompTCP,
+		InvokeTimeout: cfg.InvokeTimeout, ConfirmWait: cfg.ConfirmWait,
 		SessionLimits: s.scompLimits})
 	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions, s.notifyConns)}
 	s.scomp = sc

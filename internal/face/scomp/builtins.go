@@ -134,10 +134,12 @@ func builtinBindings() []serverBinding {
 // sessionCtx is the eval's context carrying the session, for core calls.
 func (b *sandbox) sessionCtx() context.Context { return core.WithSession(b.ctx, b.c.sess) }
 
-// Event buffering. A session subscribes to every event at its handshake;
+// Event buffering. A session subscribes to every event at its first
+// nextEvent (a session that never asks costs the publishers nothing);
 // the events arrive here (the connection's core.EventSink), and the
-// newest maxBufferedEvents are kept for nextEvent. An eval sees only
-// the events published after it began.
+// newest maxBufferedEvents are kept for nextEvent. The events published
+// after the eval began and before the subscription come from the
+// journal. An eval sees only the events published after it began.
 
 // maxBufferedEvents bounds the events a session keeps.
 const maxBufferedEvents = 256
@@ -149,9 +151,68 @@ const (
 )
 
 type eventBuffer struct {
+	// subscribed is set once the session's subscription is open; only
+	// the connection's worker uses it.
+	subscribed bool
+
 	mu   sync.Mutex
-	evs  []*api.Event // oldest first
+	evs  []*api.Event // by sequence, oldest first
 	wake chan struct{}
+}
+
+// backfill merges evs (from the journal, oldest first) into the buffer,
+// each sequence once, keeping the newest maxBufferedEvents.
+func (e *eventBuffer) backfill(evs []*api.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	merged := make([]*api.Event, 0, len(evs)+len(e.evs))
+	i, j := 0, 0
+	for i < len(evs) || j < len(e.evs) {
+		switch {
+		case j == len(e.evs) || i < len(evs) && evs[i].Sequence < e.evs[j].Sequence:
+			merged = append(merged, evs[i])
+			i++
+		case i < len(evs) && evs[i].Sequence == e.evs[j].Sequence:
+			i++
+		default:
+			merged = append(merged, e.evs[j])
+			j++
+		}
+	}
+	if len(merged) > maxBufferedEvents {
+		merged = merged[len(merged)-maxBufferedEvents:]
+	}
+	e.evs = merged
+}
+
+// subscribe opens the session's subscription, once, and fills the
+// buffer from the journal with what was published since the eval began.
+func (b *sandbox) subscribe() error {
+	e := b.c.events
+	if e.subscribed {
+		return nil
+	}
+	ctx := b.sessionCtx()
+	if _, err := b.c.s.b.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
+		return err
+	}
+	e.subscribed = true
+	upto := b.c.s.b.EventSequence()
+	if upto <= b.evCursor {
+		return nil
+	}
+	h, err := b.c.s.b.EventHistory(ctx, &api.EventsHistoryParams{Limit: maxBufferedEvents, Before: upto + 1})
+	if err != nil {
+		return err
+	}
+	var since []*api.Event
+	for i := range h.Events {
+		if h.Events[i].Sequence > b.evCursor {
+			since = append(since, &h.Events[i])
+		}
+	}
+	e.backfill(since)
+	return nil
 }
 
 func newEventBuffer() *eventBuffer { return &eventBuffer{wake: make(chan struct{})} }
@@ -223,6 +284,9 @@ func nextEvent(b *sandbox, raw json.RawMessage) (any, error) {
 	}
 	if b.c.events == nil {
 		return nil, api.Errorf(api.CodeInternalError, nil, "the session receives no events")
+	}
+	if err := b.subscribe(); err != nil {
+		return nil, err
 	}
 	match := func(ev *api.Event) bool {
 		return (all || want[ev.Type]) && (p.AppID == "" || ev.AppID == p.AppID) && (p.SurfaceID == "" || ev.SurfaceID == p.SurfaceID)

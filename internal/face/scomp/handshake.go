@@ -114,9 +114,6 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 				"client binding %q has the name of a server binding (%s)", sb.Name, what)
 		}
 	}
-	if _, err := c.s.b.Subscribe(cctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventAll}}); err != nil {
-		return nil, err
-	}
 	c.clients = clients
 	box, err := newSandbox(c, bindings, order)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"modernc.org/quickjs"
 
@@ -109,8 +110,12 @@ func newSandbox(c *conn, bindings []serverBinding, clients []string) (*sandbox, 
 // A client binding is an async function of one argument (undefined is
 // null) that resolves to the client's answer to an invoke, or rejects
 // with a BindingError as a server binding does.
-const prelude = `(function (call, settle, invoke, invokeRef, cref, crelease, bindings, clients) {
+const prelude = `globalThis.__scomp_install = function (bindingsJSON, clientsJSON) {
   "use strict";
+  delete globalThis.__scomp_install;
+  const [call, settle, invoke, invokeRef, cref, crelease] = [globalThis.__scomp_call, globalThis.__scomp_settle,
+    globalThis.__scomp_invoke, globalThis.__scomp_invoke_ref, globalThis.__scomp_cref, globalThis.__scomp_crelease];
+  const bindings = JSON.parse(bindingsJSON), clients = JSON.parse(clientsJSON);
   for (const h of ["call", "settle", "invoke", "invoke_ref", "cref", "crelease"]) delete globalThis["__scomp_" + h];
   const fail = (r) => {
     const e = new Error(r.error.message);
@@ -200,8 +205,19 @@ const prelude = `(function (call, settle, invoke, invokeRef, cref, crelease, bin
       settle(true, s);
     }, (e) => settle(false, JSON.stringify(describe(e))));
   }});
-})(globalThis.__scomp_call, globalThis.__scomp_settle, globalThis.__scomp_invoke, globalThis.__scomp_invoke_ref,
-  globalThis.__scomp_cref, globalThis.__scomp_crelease, BINDINGS, CLIENTS);`
+};`
+
+// preludeCode is the prelude compiled once (a VM of its own compiles it;
+// QuickJS bytecode serves any VM of the same engine), and the error
+// compiling it, which would be the face's bug.
+var preludeCode = sync.OnceValues(func() ([]byte, error) {
+	vm, err := quickjs.NewVM()
+	if err != nil {
+		return nil, err
+	}
+	defer vm.Close()
+	return vm.Compile(strings.ReplaceAll(prelude, "MAXREFS", strconv.Itoa(MaxRefs)), quickjs.EvalGlobal)
+})
 
 // reset makes a new VM: at the handshake, and after an eval that ran out
 // of time or memory (its jobs and heap are not to be trusted to the next
@@ -236,9 +252,14 @@ func (b *sandbox) reset() error {
 	}
 	raw, _ := json.Marshal(pairs)
 	clients, _ := json.Marshal(append([]string{}, b.clients...))
-	src := strings.Replace(strings.Replace(prelude, "BINDINGS", string(raw), 1), "CLIENTS", string(clients), 1)
-	src = strings.ReplaceAll(src, "MAXREFS", strconv.Itoa(MaxRefs))
-	if _, err := vm.Eval(src, quickjs.EvalGlobal); err != nil {
+	code, err := preludeCode()
+	if err == nil {
+		_, err = vm.EvalBytecode(code)
+	}
+	if err == nil {
+		_, err = vm.Call("__scomp_install", string(raw), string(clients))
+	}
+	if err != nil {
 		vm.Close()
 		return api.Errorf(api.CodeInternalError, nil, "cannot install the bindings: %v", err)
 	}
