@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
-	"github.com/pcp-dev/pcp/internal/core"
 )
 
 // A builtin is a server binding of the face's own, beside the
@@ -98,7 +97,7 @@ var builtins = map[string]builtin{
 			if err := decodeParams(raw, &p); err != nil {
 				return nil, err
 			}
-			res, err := b.c.s.b.Act(b.sessionCtx(), &p, b.c.s.confirmWait(), func(*api.Error) { b.clock.pause() })
+			res, err := b.c.s.b.Act(b.sessionCtx(), &p, b.c.s.confirmWait(), b.pauseClock)
 			b.clock.resume()
 			return res, err
 		},
@@ -132,7 +131,7 @@ func builtinBindings() []serverBinding {
 }
 
 // sessionCtx is the eval's context carrying the session, for core calls.
-func (b *sandbox) sessionCtx() context.Context { return core.WithSession(b.ctx, b.c.sess) }
+func (b *sandbox) sessionCtx() context.Context { return b.sctx }
 
 // Event buffering. A session subscribes to every event at its first
 // nextEvent (a session that never asks costs the publishers nothing);

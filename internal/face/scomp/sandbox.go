@@ -76,6 +76,7 @@ type sandbox struct {
 	// Of the eval running: its context and clock, and how its promise
 	// settled.
 	ctx         context.Context
+	sctx        context.Context // ctx with the session, for core calls
 	clock       *evalClock
 	memoryLimit int
 	// crefs are the client's function references the sandbox holds
@@ -304,15 +305,17 @@ func (b *sandbox) call(id, params string) string {
 	if !ok {
 		return "!" + pcpErrorJSON(api.Errorf(api.CodeCapabilityNotFound, map[string]any{"capability_id": id}, "no binding for %s", id))
 	}
-	ctx := core.WithSession(b.ctx, b.c.sess)
-	res, err := b.c.s.b.InvokeAwaitingDecision(ctx, &api.InvokeCapabilityParams{CapabilityID: id, AppID: sb.appID,
-		Source: api.SourceSystemIntelligence, Params: json.RawMessage(params)}, b.c.s.confirmWait(), func(*api.Error) { b.clock.pause() })
+	res, err := b.c.s.b.InvokeAwaitingDecision(b.sctx, &api.InvokeCapabilityParams{CapabilityID: id, AppID: sb.appID,
+		Source: api.SourceSystemIntelligence, Params: json.RawMessage(params)}, b.c.s.confirmWait(), b.pauseClock)
 	b.clock.resume()
 	if err != nil {
 		return "!" + b.errorAnswer(id, err)
 	}
 	return serverResult(res)
 }
+
+// pauseClock stops the eval's clock while the user decides.
+func (b *sandbox) pauseClock(*api.Error) { b.clock.pause() }
 
 // errorAnswer is the answer of a binding call that failed with err.
 func (b *sandbox) errorAnswer(id string, err error) string {
@@ -330,6 +333,21 @@ func (b *sandbox) errorAnswer(id string, err error) string {
 // serverResult is a server binding call's answer of res to the
 // prelude.
 func serverResult(res any) string {
+	// The capability's result, the common case, is written as is: its
+	// data is JSON already.
+	if r, ok := res.(*api.CapabilityResult); ok && r != nil && api.ValidStatus(r.Status) && (len(r.Data) == 0 || json.Valid(r.Data)) {
+		var b strings.Builder
+		b.Grow(len(r.Data) + 40)
+		b.WriteString(`{"status":"`)
+		b.WriteString(r.Status)
+		b.WriteByte('"')
+		if len(r.Data) > 0 {
+			b.WriteString(`,"data":`)
+			b.Write(r.Data)
+		}
+		b.WriteByte('}')
+		return b.String()
+	}
 	out, err := jsonrpc.Marshal(res)
 	if err != nil {
 		return "!" + pcpErrorJSON(api.Errorf(api.CodeInternalError, nil, "%v", err))
@@ -470,6 +488,7 @@ func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessag
 	clock := startClock(limit, cancel)
 	defer clock.stop()
 	b.ctx, b.clock, b.settled, b.ok, b.outcome = ctx, clock, false, false, ""
+	b.sctx = core.WithSession(ctx, b.c.sess)
 	b.running = true
 	defer func() { b.running = false }()
 	interrupted := make(chan struct{})
