@@ -94,13 +94,20 @@ are added.
 | ` + "`TEXT_TOO_LARGE`" + ` | ` + "`element_id`, `characters`, `offset`, `limit_bytes`" + `: read on with ` + "`{\"offset\", \"length\"}`" + ` |
 | ` + "`INTERNAL_ERROR`" + ` | ` + "`capability_id`, `attempts: [{adapter, code, message}]`" + ` when every accessibility adapter declined; ` + "`app_id`, `reason`" + ` when a Tier 1 app broke its protocol; ` + "`audit: \"unavailable\"`, `reason`" + ` once an audit entry could not be written (every action is then refused until pcpd restarts) |
 | ` + "`PERMISSION_DENIED`" + ` | ` + "`app_id`, `revoked`, `reason`" + ` for a revoked app; ` + "`method`, `required_role`" + ` for a user-only method; ` + "`capability_id`, `trust_level`" + ` for a ` + "`deny`" + ` capability |
-| ` + "`CONFIRMATION_REQUIRED`" + ` | ` + "`capability_id`, `confirmation_type`, `undo_window_ms`, `description`" + ` |
+| ` + "`CONFIRMATION_REQUIRED`" + ` | ` + "`confirmation_id`, `capability_id`, `confirmation_type`, `undo_window_ms`, `description`" + ` (built from the actual parameters), ` + "`expires_at`" + ` |
 | ` + "`EXECUTION_TIMEOUT`" + ` | ` + "`capability_id`, `timeout_ms`" + `; or, when an element never became actionable, ` + "`element_id`, `action`, `not_actionable`" + ` (the conditions not met, e.g. ` + "`not SENSITIVE`" + `), ` + "`states`, `waited_ms`" + ` |
 | ` + "`APP_UNRESPONSIVE`" + ` | ` + "`app_id`, `reason`" + ` |
 | ` + "`CAPABILITY_NOT_FOUND`" + ` | ` + "`capability_id`, `app_id`" + ` |
 | ` + "`MANIFEST_INVALID`" + ` | ` + "`app_id`, `capability`, `field`" + ` (a JSON path into the manifest) |
 | ` + "`MANIFEST_SIGNATURE_INVALID`" + ` | ` + "`app_id`" + ` |
-| ` + "`RATE_LIMITED`" + ` | ` + "`scope`" + `, the limit's name, and its bounds: ` + "`app`" + ` (with ` + "`app_id`, `source`" + `) and ` + "`connection`" + ` (with ` + "`retry_after_ms`, `limit_per_second`, `burst`" + `), ` + "`confirmations`" + ` (` + "`per`" + `: ` + "`connection`, `agent` or `daemon`" + `, the bound reached; ` + "`pending`, `retry_after_ms`" + `), ` + "`authentication`" + ` (` + "`limit_per_second`, `burst`" + `), ` + "`subscriptions`, `adapters`, `app_sockets`, `connections`, `connections_per_uid`, `tcp_unauthenticated`" + ` (` + "`limit`" + `; ` + "`uid`" + `; ` + "`control_reserve`" + `), ` + "`line_memory`" + ` (` + "`limit`, `size`" + `), ` + "`file_descriptors`" + ` |
+| ` + "`RATE_LIMITED`" + ` | ` + "`scope`" + `, the limit's name, and its bounds: ` + "`app`" + ` (with ` + "`app_id`, `source`" + `) and ` + "`connection`" + ` (with ` + "`retry_after_ms`, `limit_per_second`, `burst`" + `), ` + "`confirmations`" + ` (` + "`per`" + `: ` + "`connection`, `agent` or `daemon`" + `, the bound reached; ` + "`pending`, `retry_after_ms`" + `), ` + "`authentication`" + ` (` + "`limit_per_second`, `burst`" + `), ` + "`subscriptions`, `adapters`, `app_sockets`, `connections`, `connections_per_uid`, `tcp_unauthenticated`" + ` (` + "`limit`" + `; ` + "`uid`" + `; ` + "`control_reserve`" + `), ` + "`line_memory`" + ` (` + "`limit`, `size`" + `), ` + "`file_descriptors`" + `; on the scomp face ` + "`scomp_sessions`" + ` (` + "`limit`; `uid`, `agent` or `transport`" + `), ` + "`scomp_memory`" + ` (` + "`limit`, `in_use`, `session_limit`" + `), ` + "`queue`" + ` (` + "`limit`" + `) |
+
+On the scomp face (spec 004) a failed eval is ` + "`-32000`" + ` with data
+` + "`{kind, stack[, error]}`" + `, whatever the kind (` + "`EvalError`" + `,
+` + "`TimeoutError`, `MemoryError`, `BindingError`" + `); inside a
+` + "`BindingError`, `error`" + ` is the PCP error above, and scomp's ` + "`-32000`" + ` is
+not ` + "`APP_NOT_FOUND`" + ` there. The scomp face's own errors (binding names,
+schemas, references) are in [scomp.md](scomp.md).
 `)
 	want := b.String()
 	if *update {
