@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // Desktop is a headless accessible desktop started by scripts/desktop:
-// Xvfb, a session D-Bus, the accessibility bus and, when asked, the GTK
-// apps the tests drive (gtk3-widget-factory, gnome-calculator). Each
+// Xvfb, openbox, a session D-Bus, the accessibility bus and, when asked,
+// the GTK apps the tests drive (gtk3-widget-factory, gnome-calculator);
+// StartApp starts others. Each
 // Desktop has its own display and buses, so packages that run at the same
 // time do not share application state.
 type Desktop struct {
@@ -232,4 +234,71 @@ func PyatspiWalk(env []string, appName, mode string, iterations int) (nodes int,
 		return 0, nil, fmt.Errorf("pyatspi found no application named %q", appName)
 	}
 	return nodes, ms, nil
+}
+
+// QtExample is the path of one of Debian's qtbase5-examples, e.g.
+// QtExample("widgets/widgets/calculator").
+func QtExample(rel string) string {
+	return filepath.Join("/usr/lib/x86_64-linux-gnu/qt5/examples", rel, filepath.Base(rel))
+}
+
+// App is an application StartApp started on the desktop.
+type App struct {
+	Cmd *exec.Cmd
+	// Exited is closed when the process has ended; Err is its error.
+	Exited chan struct{}
+	Err    error
+}
+
+// Alive reports whether the application is still running.
+func (a *App) Alive() bool {
+	select {
+	case <-a.Exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop ends the application (SIGTERM, then SIGKILL after 5 s) and waits.
+func (a *App) Stop() {
+	if !a.Alive() {
+		return
+	}
+	a.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.Exited:
+	case <-time.After(5 * time.Second):
+		a.Cmd.Process.Kill()
+		<-a.Exited
+	}
+}
+
+// StartApp starts name with args inside the desktop's environment, its
+// output in Dir/NAME.log, and records its PID so that Stop ends it too.
+// Stop it with (*App).Stop; it does not wait for the app to register on
+// the accessibility bus (WaitApps does).
+func (d *Desktop) StartApp(name string, args ...string) (*App, error) {
+	logf, err := os.CreateTemp(d.Dir, filepath.Base(name)+".*.log")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), d.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	if f, err := os.OpenFile(filepath.Join(d.Dir, "pids"), os.O_APPEND|os.O_WRONLY, 0); err == nil {
+		fmt.Fprintln(f, cmd.Process.Pid)
+		f.Close()
+	}
+	a := &App{Cmd: cmd, Exited: make(chan struct{})}
+	go func() {
+		a.Err = cmd.Wait()
+		logf.Close()
+		close(a.Exited)
+	}()
+	return a, nil
 }
