@@ -29,9 +29,7 @@ const notesManifest = `{"version":"1.0","signature":"","capabilities":[
 // it until the test ends.
 func serveNotes(t *testing.T, socket string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	registered := make(chan struct{}, 1)
-	app := &client.App{AppID: "org.example.notes", Manifest: json.RawMessage(notesManifest), Socket: socket,
+	serveApp(t, &client.App{AppID: "org.example.notes", Manifest: json.RawMessage(notesManifest), Socket: socket,
 		Capabilities: map[string]client.CapabilityFunc{
 			"create": func(_ context.Context, p json.RawMessage) (any, error) {
 				var in struct{ Title string }
@@ -39,22 +37,30 @@ func serveNotes(t *testing.T, socket string) {
 				return map[string]string{"note_id": "n-1", "title": in.Title}, nil
 			},
 			"delete": func(context.Context, json.RawMessage) (any, error) { return map[string]bool{"deleted": true}, nil },
-		},
-		OnRegistered: func(*api.RegisterCapabilityResult) {
-			select {
-			case registered <- struct{}{}:
-			default:
-			}
-		}}
+		}})
+}
+
+// serveApp registers app (its OnRegistered is the helper's) and serves it
+// until the test ends.
+func serveApp(t *testing.T, app *client.App) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	registered := make(chan struct{}, 1)
+	app.OnRegistered = func(*api.RegisterCapabilityResult) {
+		select {
+		case registered <- struct{}{}:
+		default:
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-registered:
 	case err := <-done:
-		t.Fatalf("registering the notes app: %v", err)
+		t.Fatalf("registering %s: %v", app.AppID, err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the notes app did not register")
+		t.Fatalf("%s did not register", app.AppID)
 	}
 }
 

@@ -281,9 +281,7 @@ const probeManifest = `{"version":"1.0","signature":"","capabilities":[
 // and serves it until the test ends.
 func serveProbe(t *testing.T, socket string, entered chan<- struct{}) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	registered := make(chan struct{}, 1)
-	app := &client.App{AppID: "org.example.probe", Manifest: json.RawMessage(probeManifest), Socket: socket,
+	serveApp(t, &client.App{AppID: "org.example.probe", Manifest: json.RawMessage(probeManifest), Socket: socket,
 		Capabilities: map[string]client.CapabilityFunc{
 			"enter": func(context.Context, json.RawMessage) (any, error) {
 				select {
@@ -292,23 +290,7 @@ func serveProbe(t *testing.T, socket string, entered chan<- struct{}) {
 				}
 				return map[string]bool{"ok": true}, nil
 			},
-		},
-		OnRegistered: func(*api.RegisterCapabilityResult) {
-			select {
-			case registered <- struct{}{}:
-			default:
-			}
-		}}
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-registered:
-	case err := <-done:
-		t.Fatalf("registering the probe app: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the probe app did not register")
-	}
+		}})
 }
 
 // A session spinning in while (true) {} does not hold up another

@@ -30,11 +30,18 @@ func scompRefusal(t *testing.T, path string) (int, *api.Error) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	return scompUpgrade(t, c, "localhost", "")
+}
+
+// scompUpgrade sends a WebSocket upgrade for host on c (with header
+// lines extra, each ending in \r\n) and returns the HTTP status and the
+// JSON-RPC error of the refusal. A refusal before the request is read
+// may meet the write: only the answer matters.
+func scompUpgrade(t *testing.T, c net.Conn, host, extra string) (int, *api.Error) {
+	t.Helper()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	// A refusal before the request is read may meet the write: only the
-	// answer matters.
-	c.Write([]byte("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"))
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: " + host + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + extra + "\r\n"))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("no answer to the upgrade: %v", err)
@@ -221,24 +228,12 @@ func TestScompShutdownWithConnectionsCounted(t *testing.T) {
 	}
 }
 
-// scompTCPUpgrade sends a WebSocket upgrade on c (with header lines
-// extra, each ending in \r\n) and returns the HTTP status and the
-// JSON-RPC error of the refusal.
+// scompTCPUpgrade sends a WebSocket upgrade on c, a connection to the
+// TCP endpoint (with header lines extra), and returns the HTTP status and
+// the JSON-RPC error of the refusal.
 func scompTCPUpgrade(t *testing.T, c net.Conn, extra string) (int, *api.Error) {
 	t.Helper()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	c.Write([]byte("GET / HTTP/1.1\r\nHost: " + c.RemoteAddr().String() + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + extra + "\r\n"))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to the upgrade: %v", err)
-	}
-	defer resp.Body.Close()
-	var m struct{ Error *api.Error }
-	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || m.Error == nil {
-		t.Fatalf("status %d: the body is not a JSON-RPC error: %v", resp.StatusCode, err)
-	}
-	return resp.StatusCode, m.Error
+	return scompUpgrade(t, c, c.RemoteAddr().String(), extra)
 }
 
 // dialScompTCP opens a scomp session on the TCP endpoint at addr.
