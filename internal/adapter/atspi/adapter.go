@@ -44,8 +44,8 @@ type Config struct {
 	// MaxDepth bounds the depth of a walk below the application (default 64).
 	MaxDepth int
 	// MaxInFlight bounds the calls outstanding to one application
-	// (default 12; AT-SPI2 apps answer on their main thread, and past
-	// about 16 more only queue).
+	// (default 12, 48 for Qt: AT-SPI2 apps answer on their main thread,
+	// and past about 16 more only queue to GTK; see quirks).
 	MaxInFlight int
 	// MaxTextBytes bounds read_text (default 1 MiB): past it the answer
 	// is TEXT_TOO_LARGE and the caller pages with offset and length.
@@ -108,7 +108,6 @@ func (c Config) withDefaults() Config {
 	def(&c.BoundsMaxAge, time.Second)
 	defi(&c.MaxNodes, 10000)
 	defi(&c.MaxDepth, 64)
-	defi(&c.MaxInFlight, 12)
 	defi(&c.MaxTextBytes, 1<<20)
 	defi(&c.TreeTextChars, 4096)
 	return c

@@ -49,6 +49,16 @@ func isDisconnected(err error) bool {
 	return strings.Contains(strings.ToLower(msg), "disconnected")
 }
 
+// isCrashed reports whether err is reportCrash's.
+func isCrashed(err error) bool {
+	var pe *api.Error
+	if !errors.As(err, &pe) || pe.Code != api.CodeAppUnresponsive {
+		return false
+	}
+	m, _ := pe.Data.(map[string]any)
+	return m["reason"] == "crashed"
+}
+
 func (a *Adapter) log() *slog.Logger {
 	if a.cfg.Log != nil {
 		return a.cfg.Log

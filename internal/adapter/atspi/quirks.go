@@ -62,6 +62,23 @@ type quirks struct {
 	// windows, GTK 4.8). Actionability never requires SHOWING, and a
 	// target prefers a visible element only among equals.
 	closedMenuStates bool
+	// maxInFlight bounds the calls outstanding to one application, when
+	// Config.MaxInFlight does not (0: 12). GTK answers on its main
+	// thread, and past about 16 calls more only queue; Qt 5, walked node
+	// by node with one Get per property, keeps gaining up to about 48.
+	maxInFlight int
+}
+
+// inFlight is the bound on the calls outstanding to one application:
+// configured, else the toolkit's.
+func (q quirks) inFlight(configured int) int {
+	switch {
+	case configured > 0:
+		return configured
+	case q.maxInFlight > 0:
+		return q.maxInFlight
+	}
+	return 12
 }
 
 // quirkEntry is one row of quirkTable: the toolkit's name as
@@ -78,8 +95,8 @@ type quirkEntry struct {
 var quirkTable = []quirkEntry{
 	{toolkitGTK3, "", quirks{getAll: true, disabledKeepsActions: true}},
 	{toolkitGTK4, "", quirks{getAll: true, cacheOnReference: true, actionOnEveryNode: true, windowCoordsOnly: true, disabledKeepsActions: true, closedMenuStates: true}},
-	{toolkitQt, "5.", quirks{actionOnEveryNode: true, disabledKeepsActions: true, closedMenuStates: true}},
-	{toolkitQt, "", quirks{actionOnEveryNode: true, disabledKeepsActions: true, closedMenuStates: true}},
+	{toolkitQt, "5.", quirks{actionOnEveryNode: true, disabledKeepsActions: true, closedMenuStates: true, maxInFlight: 48}},
+	{toolkitQt, "", quirks{actionOnEveryNode: true, disabledKeepsActions: true, closedMenuStates: true, maxInFlight: 48}},
 }
 
 func quirksOf(toolkit, version string) quirks {
@@ -105,7 +122,8 @@ var errForbidden = errors.New("call not sent: the toolkit is known to mishandle 
 // rewrite returns the calls to send in place of reqs, and a function
 // that, once they are answered, fills each of reqs from its
 // replacements. A Properties.GetAll to a toolkit without getAll becomes
-// one Properties.Get per property the adapter reads (knownProps), and its
+// one Properties.Get per property the caller reads (req.props, else
+// knownProps), and its
 // reply the a{sv} of those that answered; a GetAll of another interface
 // is not sent (errForbidden). Calls nothing replaces are sent as they
 // are.
@@ -126,7 +144,10 @@ func (q quirks) rewrite(reqs []*req) (send []*req, finish func()) {
 			continue
 		}
 		iface, _ := firstArg(r).(string)
-		names := knownProps[iface]
+		names := r.props
+		if names == nil {
+			names = knownProps[iface]
+		}
 		s := sub{orig: r, names: names}
 		for _, n := range names {
 			g := getProp(r.path, iface, n)

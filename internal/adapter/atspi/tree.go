@@ -103,9 +103,10 @@ type app struct {
 }
 
 func newApp(a *Adapter, bus, name, toolkit, version string) *app {
+	q := quirksOf(toolkit, version)
 	return &app{
-		a: a, bus: bus, name: name, toolkit: toolkit, version: version, q: quirksOf(toolkit, version),
-		sem:   make(chan struct{}, a.cfg.MaxInFlight),
+		a: a, bus: bus, name: name, toolkit: toolkit, version: version, q: q,
+		sem:   make(chan struct{}, q.inFlight(a.cfg.MaxInFlight)),
 		nodes: map[dbus.ObjectPath]*node{}, staleKids: map[dbus.ObjectPath]bool{},
 		surfaces: map[dbus.ObjectPath]int{}, changed: make(chan struct{}),
 	}
@@ -219,7 +220,8 @@ func infoReqs(p dbus.ObjectPath) []*req {
 		newReq(p, ifaceAccessible+".GetRole"),
 		newReq(p, ifaceAccessible+".GetState"),
 		newReq(p, ifaceAccessible+".GetInterfaces"),
-		getAllProps(p, ifaceAccessible),
+		// Description is not read: nothing shows it.
+		getAllProps(p, ifaceAccessible, "Name", "ChildCount"),
 	}
 }
 
@@ -329,6 +331,8 @@ func (ap *app) loadItems(ctx, wctx context.Context, work map[dbus.ObjectPath]*no
 		return trunc, nil
 	case ctx.Err() != nil:
 		return false, ctx.Err()
+	case isCrashed(err):
+		return false, err
 	case isUnknownMethod(err), errors.Is(err, context.DeadlineExceeded):
 		ap.mu.Lock()
 		ap.noCacheIf = true
@@ -490,8 +494,13 @@ func (ap *app) getItems(ctx context.Context) ([]cacheItem, bool, error) {
 		return nil, false, cctx.Err()
 	}
 	ap.a.calls.Add(1)
+	ap.beginRun()
 	call := c.Object(ap.bus, cachePath).CallWithContext(cctx, "org.a11y.atspi.Cache.GetItems", 0)
+	ap.endRun()
 	<-ap.sem
+	if isDisconnected(call.Err) {
+		return nil, false, ap.a.reportCrash(ap, &req{path: cachePath, method: "org.a11y.atspi.Cache.GetItems", err: call.Err})
+	}
 	if call.Err != nil {
 		return nil, false, call.Err
 	}
@@ -724,9 +733,18 @@ func (ap *app) describeCached(ctx context.Context, work map[dbus.ObjectPath]*nod
 // frontier those with children still to list. It reports whether it
 // stopped at a bound.
 func (ap *app) describe(ctx context.Context, work map[dbus.ObjectPath]*node, fresh []dbus.ObjectPath, frontier *[]dbus.ObjectPath) bool {
-	info := make([]*req, 0, 4*len(fresh))
+	// Where every node has the Action interface (see quirks), its action
+	// count is asked with the rest, saving the round trip of a later fill.
+	stride := 4
+	if ap.q.actionOnEveryNode {
+		stride = 5
+	}
+	info := make([]*req, 0, stride*len(fresh))
 	for _, p := range fresh {
 		info = append(info, infoReqs(p)...)
+		if stride == 5 {
+			info = append(info, getProp(p, ifaceAction, "NActions"))
+		}
 	}
 	if ap.run(ctx, info) != nil {
 		return true
@@ -734,9 +752,14 @@ func (ap *app) describe(ctx context.Context, work map[dbus.ObjectPath]*node, fre
 	truncated := false
 	for i, p := range fresh {
 		n := work[p]
-		if !applyInfo(n, info[4*i:4*i+4]) {
+		if !applyInfo(n, info[stride*i:stride*i+4]) {
 			delete(work, p)
 			continue
+		}
+		if stride == 5 && n.ifaces.has(ifAction) {
+			if c, ok := info[stride*i+4].value().(int32); ok {
+				n.nActions, n.nActionsOK = c, true
+			}
 		}
 		switch {
 		case n.childCount == 0 && !n.states.has(stManagesDescendants):
