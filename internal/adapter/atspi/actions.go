@@ -152,6 +152,7 @@ func valueKind(v json.RawMessage) string {
 // parent's interfaces, from the application.
 func (ap *app) fetchLive(ctx context.Context, p dbus.ObjectPath) (*liveNode, error) {
 	rs := infoReqs(p)
+	rs[3] = getAllProps(p, ifaceAccessible, "Name", "ChildCount", "Parent")
 	if err := ap.run(ctx, rs); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -43,8 +44,8 @@ type Config struct {
 	// MaxDepth bounds the depth of a walk below the application (default 64).
 	MaxDepth int
 	// MaxInFlight bounds the calls outstanding to one application
-	// (default 12; AT-SPI2 apps answer on their main thread, and past
-	// about 16 more only queue).
+	// (default 12, 48 for Qt: AT-SPI2 apps answer on their main thread,
+	// and past about 16 more only queue to GTK; see quirks).
 	MaxInFlight int
 	// MaxTextBytes bounds read_text (default 1 MiB): past it the answer
 	// is TEXT_TOO_LARGE and the caller pages with offset and length.
@@ -72,6 +73,22 @@ type Config struct {
 	// capability's app id names. The broker adds aliases at run time from
 	// manifests' "accessible_name" (Alias).
 	Aliases map[string]string
+	// WindowOrigins, when set, gives top-level windows' origins in root
+	// coordinates, for the toolkits that cannot give screen coordinates
+	// (GTK 4, see quirks.windowCoordsOnly). Nil: those toolkits' surface
+	// geometry stays window-relative, and AppStats.Coordinates says so.
+	WindowOrigins WindowOrigins
+	// Log receives what the adapter reports about applications, such as
+	// one that crashed during a call (default slog.Default()).
+	Log *slog.Logger
+}
+
+// WindowOrigins gives a top-level window's origin in root coordinates,
+// from the display server. pid is the window's process, title its title
+// as the application's accessible window names it; ok is false when no
+// such window is known.
+type WindowOrigins interface {
+	Origin(pid int, title string) (x, y int, ok bool)
 }
 
 func (c Config) withDefaults() Config {
@@ -91,7 +108,6 @@ func (c Config) withDefaults() Config {
 	def(&c.BoundsMaxAge, time.Second)
 	defi(&c.MaxNodes, 10000)
 	defi(&c.MaxDepth, 64)
-	defi(&c.MaxInFlight, 12)
 	defi(&c.MaxTextBytes, 1<<20)
 	defi(&c.TreeTextChars, 4096)
 	return c
@@ -390,18 +406,22 @@ func (a *Adapter) discover(ctx context.Context, c *dbus.Conn) error {
 	}
 	a.mu.Unlock()
 
-	// Name and toolkit of each new application, all at once.
-	reqs := make([]*req, 0, 2*len(unknown))
+	// Name, toolkit and toolkit version of each new application, all at
+	// once, each with Properties.Get: the toolkit is not known yet, and
+	// GetAll kills Qt 5 (see quirks).
+	const per = 3
+	reqs := make([]*req, 0, per*len(unknown))
 	for range unknown {
-		reqs = append(reqs, getProp(rootPath, ifaceAccessible, "Name"), getProp(rootPath, ifaceApplication, "ToolkitName"))
+		reqs = append(reqs, getProp(rootPath, ifaceAccessible, "Name"), getProp(rootPath, ifaceApplication, "ToolkitName"),
+			getProp(rootPath, ifaceApplication, "Version"))
 	}
 	var wg sync.WaitGroup
 	for i, b := range unknown {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem := make(chan struct{}, 2)
-			runBatch(ctx, c, b, sem, a.cfg.CallTimeout, reqs[2*i:2*i+2], &a.calls)
+			sem := make(chan struct{}, per)
+			runBatch(ctx, c, b, sem, a.cfg.CallTimeout, reqs[per*i:per*i+per], &a.calls)
 		}()
 	}
 	wg.Wait()
@@ -416,12 +436,13 @@ func (a *Adapter) discover(ctx context.Context, c *dbus.Conn) error {
 		if a.apps[b] != nil {
 			continue
 		}
-		if reqs[2*i].err != nil && isGone(reqs[2*i].err) {
+		if reqs[per*i].err != nil && isGone(reqs[per*i].err) {
 			continue // left while we asked
 		}
-		name, _ := reqs[2*i].value().(string)
-		tk, _ := reqs[2*i+1].value().(string)
-		ap := newApp(a, b, clean(name, maxNameBytes), clean(tk, 64))
+		name, _ := reqs[per*i].value().(string)
+		tk, _ := reqs[per*i+1].value().(string)
+		ver, _ := reqs[per*i+2].value().(string)
+		ap := newApp(a, b, clean(name, maxNameBytes), clean(tk, 64), clean(ver, 64))
 		ap.id = a.freeIDLocked(baseAppID(ap.name, b))
 		a.apps[b], a.byID[ap.id] = ap, ap
 	}
@@ -527,6 +548,14 @@ type AppStats struct {
 	BusName string `json:"bus_name"`
 	Name    string `json:"name"`
 	Toolkit string `json:"toolkit,omitempty"`
+	// ToolkitVersion is Application.Version.
+	ToolkitVersion string `json:"toolkit_version,omitempty"`
+	// Coordinates is what the geometry of the app's surfaces is relative
+	// to: "screen" (root coordinates), or "window" for a toolkit that
+	// cannot give screen coordinates (GTK 4) when no WindowOrigins was
+	// configured; then each surface's geometry is its own extents, origin
+	// unknown. Element bounds are always window-relative.
+	Coordinates string `json:"coordinates"`
 	// Direct is true while calls go over a peer-to-peer connection.
 	Direct bool `json:"direct"`
 	// Loaded is true once the tree has been fetched; Nodes counts the

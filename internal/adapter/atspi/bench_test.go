@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // Benchmarks of gtk3-widget-factory's element tree (ElementTree: role,
@@ -88,4 +90,60 @@ func BenchmarkTreeWarm(b *testing.B) { benchTree(b, Config{}, false) }
 func BenchmarkTreeColdVariants(b *testing.B) {
 	b.Run("bus", func(b *testing.B) { benchTree(b, Config{NoDirect: true}, true) })
 	b.Run("walk", func(b *testing.B) { benchTree(b, Config{NoCacheInterface: true}, true) })
+}
+
+// benchColdApp fetches the cold tree of an application the benchmark
+// starts (start: its command), beside pyatspi's walks of the same app in
+// the same run (accessible name appName), with the same metrics as
+// benchTree. Without full, pyatspi's full walk is not run: it stops at Qt
+// 5 and GTK 4 widgets that count actions they do not name.
+func benchColdApp(b *testing.B, appID, appName, start string, full bool) {
+	startApp(b, start)
+	a := desktopWith(b, Config{}, appID)
+	ctx := context.Background()
+	ap, err := a.appByID(ctx, appID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := a.ElementTree(ctx, appID); err != nil {
+		b.Fatal(err)
+	}
+	n, ms := pyatspiWalk(b, appName, "minimal", 3)
+	var fullMS float64
+	if full {
+		_, f := pyatspiWalk(b, appName, "full", 1)
+		fullMS = f[0]
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var nodes int
+	for i := 0; i < b.N; i++ {
+		ap.forget()
+		els, err := a.ElementTree(ctx, appID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		nodes = len(els)
+	}
+	perTreeMS := float64(b.Elapsed().Microseconds()) / 1000 / float64(b.N)
+	b.ReportMetric(float64(nodes), "nodes")
+	b.ReportMetric(float64(n), "pyatspi_nodes")
+	b.ReportMetric(ms[0], "pyatspi_ms")
+	b.ReportMetric(slices.Min(ms[1:]), "pyatspi_warm_ms")
+	b.ReportMetric(ms[0]/perTreeMS, "x_vs_pyatspi")
+	if full {
+		b.ReportMetric(fullMS, "pyatspi_full_ms")
+		b.ReportMetric(fullMS/perTreeMS, "x_vs_pyatspi_full")
+	}
+}
+
+// BenchmarkTreeColdQtCalculator: the Qt 5 calculator example's cold tree
+// (every property read with Get: Qt 5 has no safe GetAll).
+func BenchmarkTreeColdQtCalculator(b *testing.B) {
+	benchColdApp(b, qtCalc, "calculator", testkit.QtExample(qtApps[qtCalc]), false)
+}
+
+// BenchmarkTreeColdGTK4WidgetFactory: gtk4-widget-factory's cold tree.
+func BenchmarkTreeColdGTK4WidgetFactory(b *testing.B) {
+	benchColdApp(b, gtk4Factory, "gtk4-widget-factory", "gtk4-widget-factory", false)
 }

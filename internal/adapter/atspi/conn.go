@@ -168,6 +168,9 @@ type req struct {
 	path   dbus.ObjectPath
 	method string // "interface.Member"
 	args   []any
+	// props, for a Properties.GetAll, are the properties the caller
+	// reads: what a toolkit without GetAll is asked (nil: knownProps).
+	props []string
 
 	body []any
 	err  error
@@ -181,8 +184,12 @@ func getProp(path dbus.ObjectPath, iface, prop string) *req {
 	return newReq(path, ifaceProperties+".Get", iface, prop)
 }
 
-func getAllProps(path dbus.ObjectPath, iface string) *req {
-	return newReq(path, ifaceProperties+".GetAll", iface)
+// getAllProps reads the properties of iface: Properties.GetAll where the
+// toolkit answers it, else props (default: knownProps) one by one.
+func getAllProps(path dbus.ObjectPath, iface string, props ...string) *req {
+	r := newReq(path, ifaceProperties+".GetAll", iface)
+	r.props = props
+	return r
 }
 
 // value returns the first value of the reply, unwrapping a variant.

@@ -37,15 +37,22 @@ const (
 	calculator    = AppIDPrefix + "gnome-calculator"
 )
 
-// desktopErr is why TestMain could not start the desktop.
-var desktopErr error
+// desktopErr is why TestMain could not start the desktop; desk is the
+// desktop, for starting further applications.
+var (
+	desktopErr error
+	desk       *testkit.Desktop
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	var d *testkit.Desktop
-	if os.Getenv("PCP_DESKTOP_DIR") == "" && !testing.Short() {
+	if dir := os.Getenv("PCP_DESKTOP_DIR"); dir != "" {
+		desk = &testkit.Desktop{Dir: dir} // its environment is this process's
+	} else if !testing.Short() {
 		if d, desktopErr = testkit.StartDesktop(true); desktopErr == nil {
 			d.Setenv()
+			desk = d
 		}
 	}
 	code := m.Run()
@@ -73,6 +80,13 @@ func needDesktop(t testing.TB) {
 // again every retryEvery.
 func desktop(t testing.TB, cfg Config) *Adapter {
 	t.Helper()
+	return desktopWith(t, cfg)
+}
+
+// desktopWith is desktop, also waiting for the applications extra (app
+// ids) to be on the bus with a window.
+func desktopWith(t testing.TB, cfg Config, extra ...string) *Adapter {
+	t.Helper()
 	needDesktop(t)
 	appeared := make(chan struct{}, 1)
 	onEvent := cfg.OnEvent
@@ -97,7 +111,7 @@ func desktop(t testing.TB, cfg Config) *Adapter {
 	for {
 		err := a.Connect(ctx)
 		if err == nil {
-			err = bothApps(ctx, a)
+			err = bothApps(ctx, a, extra...)
 		}
 		if err == nil {
 			return a
@@ -113,8 +127,8 @@ func desktop(t testing.TB, cfg Config) *Adapter {
 
 // bothApps says why the test applications are not both there with a
 // window, or nil.
-func bothApps(ctx context.Context, a *Adapter) error {
-	for _, id := range []string{widgetFactory, calculator} {
+func bothApps(ctx context.Context, a *Adapter, extra ...string) error {
+	for _, id := range append([]string{widgetFactory, calculator}, extra...) {
 		if ids, err := a.surfacesOf(ctx, id); err != nil || len(ids) == 0 {
 			return fmt.Errorf("%s: surfaces %v, %v", id, ids, err)
 		}

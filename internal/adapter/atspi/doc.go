@@ -18,7 +18,7 @@
 // application go over a peer-to-peer connection when it offers one
 // (Application.GetApplicationBusAddress: GTK3 does, GTK4 does not), about
 // twice as fast as through the bus daemon, else through the bus. At most
-// Config.MaxInFlight calls are outstanding to one application, and every
+// Config.MaxInFlight calls (default by toolkit) are outstanding to one application, and every
 // call has its own timeout (Config.CallTimeout), never godbus's none: some
 // GTK3 methods never answer.
 //

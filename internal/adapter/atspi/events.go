@@ -71,6 +71,10 @@ func (a *Adapter) emit(evs []pcpEvent) {
 }
 
 func (a *Adapter) handleSignal(s *dbus.Signal) {
+	if s.Sender == "" && s.Name == sigAppGone {
+		a.goneSignal(s)
+		return
+	}
 	if s.Name == "org.freedesktop.DBus.NameOwnerChanged" {
 		if s.Sender == "org.freedesktop.DBus" {
 			a.nameOwnerChanged(s.Body)
@@ -151,13 +155,7 @@ func (a *Adapter) nameOwnerChanged(body []any) {
 	if ap == nil {
 		return
 	}
-	ap.mu.Lock()
-	var evs []pcpEvent
-	for p, n := range ap.surfaces {
-		evs = append(evs, ap.surfaceEventLocked(api.EventSurfaceDestroyed, p, n))
-	}
-	ap.mu.Unlock()
-	a.emit(evs)
+	a.gone(ap)
 }
 
 // invalidate makes the next read fetch the whole tree again.

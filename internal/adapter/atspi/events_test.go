@@ -16,7 +16,7 @@ import (
 func loadedApp(t *testing.T) *app {
 	a := New(Config{})
 	t.Cleanup(func() { a.Close() })
-	ap := newApp(a, ":1.0", "test", "gtk")
+	ap := newApp(a, ":1.0", "test", "gtk", "3.24.38")
 	ap.id = "atspi.test"
 	ap.nodes, ap.loaded = testTree().nodes, true
 	ap.syncSurfacesLocked()

@@ -59,7 +59,7 @@ func TestAppIDCollisions(t *testing.T) {
 	var got []string
 	for _, bus := range []string{":1.1", ":1.2", ":1.3"} {
 		id := a.freeIDLocked(baseAppID("gnome-calculator", bus))
-		a.byID[id] = newApp(a, bus, "gnome-calculator", "GTK")
+		a.byID[id] = newApp(a, bus, "gnome-calculator", "GTK", "4.8.3")
 		got = append(got, id)
 	}
 	want := []string{"atspi.gnome-calculator", "atspi.gnome-calculator-2", "atspi.gnome-calculator-3"}

@@ -40,14 +40,8 @@ func (a *Adapter) refuseProtected(ctx context.Context, ap *app) error {
 		pids[p] = k
 	}
 	a.protMu.Unlock()
-	c, err := a.conn(ctx)
+	pid, err := ap.processID(ctx)
 	if err != nil {
-		return err
-	}
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
-	defer cancel()
-	var pid uint32
-	if err := c.BusObject().CallWithContext(cctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, ap.bus).Store(&pid); err != nil {
 		return api.Errorf(api.CodePermissionDenied, map[string]any{"app_id": ap.id, "reason": "pcp_prompt"},
 			"cannot tell whether %s shows PCP's own prompts (%v): not acting on it", ap.id, err)
 	}
@@ -56,4 +50,28 @@ func (a *Adapter) refuseProtected(ctx context.Context, ap *app) error {
 			"%s shows PCP's own prompts (%s, pid %d): PCP's adapters do not act on them", ap.id, key, pid)
 	}
 	return nil
+}
+
+// processID returns the application's process id, as the bus daemon
+// knows it (asked once).
+func (ap *app) processID(ctx context.Context) (uint32, error) {
+	ap.mu.Lock()
+	pid := ap.pid
+	ap.mu.Unlock()
+	if pid != 0 {
+		return pid, nil
+	}
+	c, err := ap.a.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, ap.a.cfg.CallTimeout)
+	defer cancel()
+	if err := c.BusObject().CallWithContext(cctx, "org.freedesktop.DBus.GetConnectionUnixProcessID", 0, ap.bus).Store(&pid); err != nil {
+		return 0, err
+	}
+	ap.mu.Lock()
+	ap.pid = pid
+	ap.mu.Unlock()
+	return pid, nil
 }

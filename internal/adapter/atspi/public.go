@@ -60,7 +60,7 @@ func (a *Adapter) Surface(ctx context.Context, id string) (*api.Surface, error) 
 	}
 	st := newReq(p, ifaceAccessible+".GetState")
 	name := getProp(p, ifaceAccessible, "Name")
-	ext := newReq(p, ifaceComponent+".GetExtents", uint32(0))
+	ext := newReq(p, ifaceComponent+".GetExtents", ap.q.windowCoordType())
 	if err := ap.run(ctx, []*req{st, name, ext}); err != nil {
 		return nil, err
 	}
@@ -74,7 +74,13 @@ func (a *Adapter) Surface(ctx context.Context, id string) (*api.Surface, error) 
 	}
 	s := &api.Surface{SurfaceID: id, AppID: ap.id, Title: clean(title, maxNameBytes), State: surfaceState(states), Tier: 2}
 	if x, y, w, h, err := decodeExtents(ext.value()); err == nil {
-		s.Geometry = &api.Bounds{X: int(x), Y: int(y), W: int(w), H: int(h)}
+		b := api.Bounds{X: int(x), Y: int(y), W: int(w), H: int(h)}
+		if ap.q.windowCoordsOnly && a.cfg.WindowOrigins != nil {
+			if pid, err := ap.processID(ctx); err == nil {
+				b, _ = screenBounds(b, a.cfg.WindowOrigins, int(pid), title)
+			}
+		}
+		s.Geometry = &b
 	}
 	return s, nil
 }

@@ -68,7 +68,9 @@ type app struct {
 	bus     string
 	id      string
 	name    string
-	toolkit string
+	toolkit string        // Application.ToolkitName
+	version string        // Application.Version
+	q       quirks        // of the toolkit (quirksOf)
 	sem     chan struct{} // calls in flight to this application
 
 	loadMu sync.Mutex
@@ -89,11 +91,22 @@ type app struct {
 	nextSurf  int
 	changed   chan struct{} // closed and replaced at every change
 	loadDur   time.Duration
+	// crashed is the call during which the application left the bus,
+	// once it has ("" while it runs); see reportCrash.
+	crashed, crashedPath string
+	// running counts the batches in flight (app.run); idle is closed
+	// when it drops to 0, if someone waits (whenIdle).
+	running int
+	idle    chan struct{}
+	// pid is the application's process, 0 until asked (processID).
+	pid uint32
 }
 
-func newApp(a *Adapter, bus, name, toolkit string) *app {
+func newApp(a *Adapter, bus, name, toolkit, version string) *app {
+	q := quirksOf(toolkit, version)
 	return &app{
-		a: a, bus: bus, name: name, toolkit: toolkit, sem: make(chan struct{}, a.cfg.MaxInFlight),
+		a: a, bus: bus, name: name, toolkit: toolkit, version: version, q: q,
+		sem:   make(chan struct{}, q.inFlight(a.cfg.MaxInFlight)),
 		nodes: map[dbus.ObjectPath]*node{}, staleKids: map[dbus.ObjectPath]bool{},
 		surfaces: map[dbus.ObjectPath]int{}, changed: make(chan struct{}),
 	}
@@ -155,13 +168,21 @@ func (ap *app) connection(ctx context.Context) (*dbus.Conn, error) {
 	return d, nil
 }
 
-// run sends reqs to the application.
+// run sends reqs to the application, as the toolkit's quirks have them
+// sent (quirks.rewrite): every call to an application's objects goes
+// through here. An application that leaves the bus while it is being
+// asked has crashed during a call: that is reported (reportCrash) and the
+// answer is APP_UNRESPONSIVE naming the call.
 func (ap *app) run(ctx context.Context, reqs []*req) error {
 	c, err := ap.connection(ctx)
 	if err != nil {
 		return err
 	}
-	runBatch(ctx, c, ap.bus, ap.sem, ap.a.cfg.CallTimeout, reqs, &ap.a.calls)
+	ap.beginRun()
+	defer ap.endRun()
+	send, finish := ap.q.rewrite(reqs)
+	runBatch(ctx, c, ap.bus, ap.sem, ap.a.cfg.CallTimeout, send, &ap.a.calls)
+	finish()
 	if !c.Connected() {
 		// The peer-to-peer connection died under us: forget it, and
 		// let the caller's next attempt use the bus.
@@ -170,7 +191,17 @@ func (ap *app) run(ctx context.Context, reqs []*req) error {
 			ap.direct = nil
 		}
 		ap.mu.Unlock()
+		for _, r := range send {
+			if r.err != nil && ctx.Err() == nil {
+				return ap.a.reportCrash(ap, r)
+			}
+		}
 		return api.Errorf(api.CodeAppUnresponsive, map[string]any{"app_id": ap.id}, "connection to %s closed", ap.id)
+	}
+	for _, r := range send {
+		if isDisconnected(r.err) {
+			return ap.a.reportCrash(ap, r)
+		}
 	}
 	return nil
 }
@@ -189,7 +220,8 @@ func infoReqs(p dbus.ObjectPath) []*req {
 		newReq(p, ifaceAccessible+".GetRole"),
 		newReq(p, ifaceAccessible+".GetState"),
 		newReq(p, ifaceAccessible+".GetInterfaces"),
-		getAllProps(p, ifaceAccessible),
+		// Description is not read: nothing shows it.
+		getAllProps(p, ifaceAccessible, "Name", "ChildCount"),
 	}
 }
 
@@ -274,7 +306,7 @@ func (ap *app) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lazy := !noCache && quirksOf(ap.toolkit).cacheOnReference
+	lazy := !noCache && ap.q.cacheOnReference
 	if t := ap.expand(wctx, work, frontier, func(p dbus.ObjectPath) bool { return work[p] != nil }, lazy); t {
 		truncated = true
 	}
@@ -299,6 +331,8 @@ func (ap *app) loadItems(ctx, wctx context.Context, work map[dbus.ObjectPath]*no
 		return trunc, nil
 	case ctx.Err() != nil:
 		return false, ctx.Err()
+	case isCrashed(err):
+		return false, err
 	case isUnknownMethod(err), errors.Is(err, context.DeadlineExceeded):
 		ap.mu.Lock()
 		ap.noCacheIf = true
@@ -460,8 +494,13 @@ func (ap *app) getItems(ctx context.Context) ([]cacheItem, bool, error) {
 		return nil, false, cctx.Err()
 	}
 	ap.a.calls.Add(1)
+	ap.beginRun()
 	call := c.Object(ap.bus, cachePath).CallWithContext(cctx, "org.a11y.atspi.Cache.GetItems", 0)
+	ap.endRun()
 	<-ap.sem
+	if isDisconnected(call.Err) {
+		return nil, false, ap.a.reportCrash(ap, &req{path: cachePath, method: "org.a11y.atspi.Cache.GetItems", err: call.Err})
+	}
 	if call.Err != nil {
 		return nil, false, call.Err
 	}
@@ -694,9 +733,18 @@ func (ap *app) describeCached(ctx context.Context, work map[dbus.ObjectPath]*nod
 // frontier those with children still to list. It reports whether it
 // stopped at a bound.
 func (ap *app) describe(ctx context.Context, work map[dbus.ObjectPath]*node, fresh []dbus.ObjectPath, frontier *[]dbus.ObjectPath) bool {
-	info := make([]*req, 0, 4*len(fresh))
+	// Where every node has the Action interface (see quirks), its action
+	// count is asked with the rest, saving the round trip of a later fill.
+	stride := 4
+	if ap.q.actionOnEveryNode {
+		stride = 5
+	}
+	info := make([]*req, 0, stride*len(fresh))
 	for _, p := range fresh {
 		info = append(info, infoReqs(p)...)
+		if stride == 5 {
+			info = append(info, getProp(p, ifaceAction, "NActions"))
+		}
 	}
 	if ap.run(ctx, info) != nil {
 		return true
@@ -704,9 +752,14 @@ func (ap *app) describe(ctx context.Context, work map[dbus.ObjectPath]*node, fre
 	truncated := false
 	for i, p := range fresh {
 		n := work[p]
-		if !applyInfo(n, info[4*i:4*i+4]) {
+		if !applyInfo(n, info[stride*i:stride*i+4]) {
 			delete(work, p)
 			continue
+		}
+		if stride == 5 && n.ifaces.has(ifAction) {
+			if c, ok := info[stride*i+4].value().(int32); ok {
+				n.nActions, n.nActionsOK = c, true
+			}
 		}
 		switch {
 		case n.childCount == 0 && !n.states.has(stManagesDescendants):
@@ -970,7 +1023,7 @@ type fillJob struct {
 // the call is its character count (see fetchTexts). It takes mu.
 func (ap *app) fillJobs(scope dbus.ObjectPath, need needs, now time.Time) []*fillJob {
 	cfg := &ap.a.cfg
-	countActions := quirksOf(ap.toolkit).actionOnEveryNode
+	countActions := ap.q.actionOnEveryNode
 	var jobs []*fillJob
 	ap.mu.Lock()
 	defer ap.mu.Unlock()
@@ -1152,8 +1205,12 @@ func (ap *app) windowPathLocked(num int) (dbus.ObjectPath, bool) {
 func (ap *app) stats() AppStats {
 	ap.mu.Lock()
 	defer ap.mu.Unlock()
-	s := AppStats{AppID: ap.id, BusName: ap.bus, Name: ap.name, Toolkit: ap.toolkit, Direct: ap.direct != nil && ap.direct.Connected(),
-		Loaded: ap.loaded, Truncated: ap.truncated, Surfaces: len(ap.surfaces)}
+	s := AppStats{AppID: ap.id, BusName: ap.bus, Name: ap.name, Toolkit: ap.toolkit, ToolkitVersion: ap.version,
+		Direct: ap.direct != nil && ap.direct.Connected(), Loaded: ap.loaded, Truncated: ap.truncated, Surfaces: len(ap.surfaces),
+		Coordinates: "screen"}
+	if ap.q.windowCoordsOnly && ap.a.cfg.WindowOrigins == nil {
+		s.Coordinates = "window"
+	}
 	if ap.loaded {
 		s.Nodes = len(ap.nodes)
 		s.LastLoadMS = float64(ap.loadDur.Microseconds()) / 1000
