@@ -226,6 +226,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.Accessibility {
 		s.ax = atspi.New(atspi.Config{
 			BusAddress: cfg.AccessibilityBus,
+			Log:        s.log,
 			OnEvent: func(eventType, appID, surfaceID string, data map[string]any) {
 				s.b.Publish(eventType, appID, surfaceID, data)
 			},
