@@ -218,6 +218,10 @@ type InvokeCapabilityParams struct {
 	// so a confirm capability runs without asking them again. Only the
 	// user's connections may set it; from an agent it is refused.
 	Admin bool `json:"admin,omitempty"`
+	// Attachments chooses how the result's attachments travel on the
+	// JSON-RPC face: AttachmentsAuto, AttachmentsFD or AttachmentsInline
+	// (see docs/jsonrpc.md, "Attachments"). Other faces ignore it.
+	Attachments string `json:"attachments,omitempty"`
 }
 
 // MaxConfirmationWaitMS bounds InvokeCapabilityParams.WaitMS.
@@ -234,6 +238,9 @@ const (
 type CapabilityResult struct {
 	Status string          `json:"status"`
 	Data   json.RawMessage `json:"data,omitempty"`
+	// Attachments are binary payloads beside Data, which describes
+	// them; each face encodes them its own way (api.Attachment).
+	Attachments []Attachment `json:"-"`
 }
 
 // ValidStatus reports whether s is a ResultStatus of spec 000.

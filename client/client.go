@@ -159,7 +159,10 @@ func New(rwc net.Conn, opts Options) *Client {
 		}
 		return opts.Handler(ctx, m.Method, m.Params)
 	})
-	cl.conn = jsonrpc.NewConn(rwc, jsonrpc.Options{Handler: h, MaxLine: opts.MaxLine, WriteTimeout: -1})
+	// On a Unix socket, the daemon passes attachments as descriptors
+	// with the reply lines (docs/jsonrpc.md, "Attachments").
+	_, unixSocket := rwc.(*net.UnixConn)
+	cl.conn = jsonrpc.NewConn(rwc, jsonrpc.Options{Handler: h, MaxLine: opts.MaxLine, WriteTimeout: -1, ReceiveFDs: unixSocket})
 	go func() {
 		cl.err = cl.conn.Run()
 		close(cl.done)
@@ -221,12 +224,21 @@ func (c *Client) SessionContext(ctx context.Context) (*api.SessionContext, error
 	return call[api.SessionContext](ctx, c, api.MethodQuerySessionContext, nil)
 }
 
-// InvokeCapability invokes a capability.
+// InvokeCapability invokes a capability. The result's Attachments hold
+// the attachments' bytes, read from the memfds passed with the reply on
+// a Unix socket (closed once read) or decoded from the inline base64;
+// p.Attachments chooses (api.AttachmentsAuto by default).
 func (c *Client) InvokeCapability(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
 	if p.Source == "" {
 		p.Source = api.SourceSystemIntelligence
 	}
-	return call[api.CapabilityResult](ctx, c, api.MethodInvokeCapability, p)
+	var raw json.RawMessage
+	fds, err := c.conn.CallFDs(ctx, api.MethodInvokeCapability, p, &raw)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFDs(fds)
+	return decodeResult(raw, fds)
 }
 
 // InvokeAction performs an action on an element.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,9 +20,11 @@ import (
 
 func (e *env) invokeCommand() *cobra.Command {
 	var (
-		appID  string
-		params string
-		wait   bool
+		appID       string
+		params      string
+		wait        bool
+		attachments string
+		inline      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "invoke CAPABILITY_ID [key=value ...] [--params JSON] [--app ID]",
@@ -42,7 +45,12 @@ A capability whose trust level is confirm answers CONFIRMATION_REQUIRED.
 With --wait, pcpctl keeps its connection (a confirmation belongs to the
 connection that asked), says which confirmation the user must decide,
 and invokes again once the user has: pcpctl confirm approve ID in
-another terminal.`,
+another terminal.
+
+A result may carry attachments (an image, raw bytes): on the Unix socket
+they arrive as file descriptors, over TCP (or with --inline) as base64.
+pcpctl names each one; --attachments DIR writes each to DIR/NAME (with an
+extension for common image types), refusing to overwrite a file.`,
 		Example: `  pcpctl invoke pcp.inspection.health
   pcpctl invoke pcp.inspection.recent_events limit=5
   pcpctl invoke org.example.mail.compose recipient=a@example.com subject="Hello" body=@note.txt`,
@@ -51,6 +59,8 @@ another terminal.`,
 	cmd.Flags().StringVar(&appID, "app", "", "target app (default: the capability id without its last part)")
 	cmd.Flags().StringVar(&params, "params", "", "parameters as a JSON object, @FILE, or - for standard input")
 	cmd.Flags().BoolVar(&wait, "wait", false, "on CONFIRMATION_REQUIRED, wait for the user's decision and invoke again")
+	cmd.Flags().StringVar(&attachments, "attachments", "", "write the result's attachments to files in this directory")
+	cmd.Flags().BoolVar(&inline, "inline", false, "ask for attachments inline (base64) rather than as file descriptors")
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		capID := args[0]
 		if appID == "" {
@@ -64,6 +74,9 @@ another terminal.`,
 			return err
 		}
 		p := &api.InvokeCapabilityParams{CapabilityID: capID, AppID: appID, Source: api.SourceSystemIntelligence, Params: raw}
+		if inline {
+			p.Attachments = api.AttachmentsInline
+		}
 		var res *api.CapabilityResult
 		switch {
 		case wait && e.framed:
@@ -82,11 +95,24 @@ another terminal.`,
 		if err != nil {
 			return err
 		}
+		saved, err := saveAttachments(attachments, res.Attachments)
+		if err != nil {
+			return err
+		}
 		if e.json {
 			return printJSON(e.stdout, res)
 		}
 		if _, err := fmt.Fprintf(e.stdout, "%s: %s\n", clean(capID), clean(res.Status)); err != nil {
 			return err
+		}
+		for i, a := range res.Attachments {
+			where := "(--attachments DIR saves it)"
+			if saved != nil {
+				where = "→ " + clean(saved[i])
+			}
+			if _, err := fmt.Fprintf(e.stdout, "attachment %s (%s, %d bytes) %s\n", clean(a.Name), clean(a.MediaType), len(a.Data), where); err != nil {
+				return err
+			}
 		}
 		if len(res.Data) == 0 || string(res.Data) == "null" {
 			return nil
@@ -268,4 +294,55 @@ func (e *env) invokeWaiting(ctx context.Context, p *api.InvokeCapabilityParams) 
 			p.WaitMS = max(e.timeout.Milliseconds()-5000, 1000)
 		}
 	}
+}
+
+// saveAttachments writes each attachment to dir/NAME (NAME made safe for
+// a file name, with an extension for common image types) and returns the
+// paths; nil when dir is empty. An existing file is not overwritten.
+func saveAttachments(dir string, as []api.Attachment) ([]string, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	paths := make([]string, len(as))
+	for i, a := range as {
+		name := attachmentFileName(a, i)
+		path := filepath.Join(dir, name)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("saving attachment %s: %w", clean(a.Name), err)
+		}
+		_, err = f.Write(a.Data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("saving attachment %s: %w", clean(a.Name), err)
+		}
+		paths[i] = path
+	}
+	return paths, nil
+}
+
+// attachmentFileName is a file name for attachment i: its name with
+// anything but letters, digits, '-', '_' and '.' replaced by '_' and
+// leading dots dropped, never empty.
+func attachmentFileName(a api.Attachment, i int) string {
+	name := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, a.Name)
+	name = strings.TrimLeft(name, ".")
+	if len(name) > 100 {
+		name = name[:100]
+	}
+	if name == "" {
+		name = fmt.Sprintf("attachment-%d", i)
+	}
+	if !strings.Contains(name, ".") {
+		name += map[string]string{"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/gif": ".gif"}[a.MediaType]
+	}
+	return name
 }

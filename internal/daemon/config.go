@@ -61,7 +61,11 @@ type Config struct {
 	LivenessInterval, LivenessTimeout time.Duration
 	// MaxLine bounds one JSON-RPC line.
 	MaxLine int
-	Logger  *slog.Logger
+	// Services are in-process capability providers served beside the
+	// built-in ones (their app ids start with core.ReservedPrefix).
+	Services []core.Service
+
+	Logger *slog.Logger
 	// Ready, if set, is called once Serve accepts on every listener.
 	Ready func()
 

@@ -197,6 +197,11 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := s.b.AddService(inspection.New(s.b)); err != nil {
 		return nil, err
 	}
+	for _, svc := range cfg.Services {
+		if err := s.b.AddService(svc); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.AllowUnsigned {
 		s.log.Warn("unsigned manifests are accepted (--allow-unsigned); do not run like this outside development")
 	}

@@ -80,6 +80,12 @@ type Options struct {
 	LineBudget *deadline.Budget
 	// Gate, if set, must be passed before anything else is read.
 	Gate *Gate
+	// ReceiveFDs reads a Unix socket with recvmsg and keeps the file
+	// descriptors that come with a response's line for its caller
+	// (CallFDs); descriptors that come with anything else are closed.
+	// Without it, descriptors sent to this side are discarded by the
+	// kernel, unread.
+	ReceiveFDs bool
 }
 
 // Gate makes a connection authenticate first, alone: the first line must
@@ -249,7 +255,20 @@ func (c *Conn) Run() error {
 			return false
 		}
 	}
-	lr, gated := c.lineReader()
+	lr, fr, gated := c.lineReader()
+	if fr != nil {
+		defer fr.fds.CloseAll()
+	}
+	// lineNo numbers the lines ReadLine consumes, blank and skipped ones
+	// included, to claim each line's descriptors.
+	var lineNo int64
+	lineFDs := func() []int {
+		lineNo++
+		if fr == nil {
+			return nil
+		}
+		return fr.fds.Take(lineNo - 1)
+	}
 	if gated && c.opts.Gate.Timeout > 0 {
 		t := time.AfterFunc(c.opts.Gate.Timeout, func() {
 			if !c.gatePassed.Load() {
@@ -273,6 +292,7 @@ func (c *Conn) Run() error {
 			return nil
 		}
 		if err == ErrNoLineBudget || err == ErrLineTooLong {
+			closeFDs(lineFDs())
 			c.refuseLine(lr, err)
 			if gated && !c.gatePassed.Load() {
 				c.hangUp() // the gate's message was not what it must be
@@ -288,10 +308,13 @@ func (c *Conn) Run() error {
 			}
 			return err
 		}
+		fds := lineFDs()
 		if len(firstNonSpace(line)) == 0 {
+			closeFDs(fds)
 			continue // blank lines are keep-alives
 		}
 		if gated && !c.gatePassed.Load() {
+			closeFDs(fds)
 			if !c.passGate(line) {
 				c.hangUp()
 				eof = true
@@ -302,6 +325,13 @@ func (c *Conn) Run() error {
 			continue
 		}
 		d := Decode(line)
+		if len(fds) > 0 {
+			if !d.Batch && len(d.Messages) == 1 && d.Messages[0].IsResponse() {
+				d.Messages[0].FDs = fds
+			} else {
+				closeFDs(fds)
+			}
+		}
 		c.noteLastWords(d)
 		if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
 			c.protocolError(nil, &api.Error{
@@ -326,7 +356,7 @@ func (c *Conn) Run() error {
 			case m.IsResponse():
 				c.deliver(m)
 			case m.IsNotification():
-				c.handle(m)
+				c.handle(m, false) // a notification: handle closes any descriptors
 			default:
 				c.inFlight.Add(1)
 				if !dispatch(func() { c.serveOne(m); c.inFlight.Add(-1) }) {
@@ -392,14 +422,18 @@ var (
 
 // lineReader builds Run's reader: with deadlines when the connection can
 // take them, bounded to the gate's line limit until the gate is passed.
-func (c *Conn) lineReader() (lr *LineReader, gated bool) {
+func (c *Conn) lineReader() (lr *LineReader, fr *fdReader, gated bool) {
 	var (
 		src io.Reader = c.rwc
 		dl  *deadline.Reader
 	)
+	if mr, ok := c.rwc.(msgReader); ok && c.opts.ReceiveFDs {
+		fr = newFDReader(mr)
+		src = fr
+	}
 	if c.opts.IdleTimeout > 0 || c.opts.MessageTimeout > 0 {
 		if d, ok := c.rwc.(deadline.Setter); ok {
-			dl = deadline.NewReader(c.rwc, d, c.opts.IdleTimeout, c.opts.MessageTimeout)
+			dl = deadline.NewReader(src, d, c.opts.IdleTimeout, c.opts.MessageTimeout)
 			src = dl
 		}
 	}
@@ -414,7 +448,7 @@ func (c *Conn) lineReader() (lr *LineReader, gated bool) {
 	lr.Cut = gated
 	lr.Deadlines = dl
 	lr.Budget = c.opts.LineBudget
-	return lr, gated
+	return lr, fr, gated
 }
 
 // busy reports whether the connection has duties that keep it open
@@ -450,7 +484,8 @@ func (c *Conn) passGate(line []byte) bool {
 		return false
 	}
 	m := d.Messages[0]
-	reply, ok := c.handle(m)
+	reply, fds, ok := c.handle(m, false)
+	closeFDs(fds)
 	c.writeLine(reply)
 	if !ok || m.Method != method {
 		return false
@@ -500,14 +535,19 @@ func (c *Conn) protocolError(id json.RawMessage, e *api.Error) {
 
 // serveOne handles a request or notification and writes the reply.
 func (c *Conn) serveOne(m *Message) {
-	if reply, _ := c.handle(m); reply != nil {
-		c.writeLine(reply)
+	reply, fds, _ := c.handle(m, false)
+	if reply != nil {
+		c.writeLineFDs(reply, fds)
+	} else {
+		closeFDs(fds)
 	}
 }
 
 // handle runs the handler and returns the encoded reply, or nil for a
-// notification; ok is false when the reply is an error.
-func (c *Conn) handle(m *Message) (reply []byte, ok bool) {
+// notification, and the descriptors to pass with it, which the caller
+// must send or close; ok is false when the reply is an error. inBatch
+// tells the handler (InBatch) that its reply cannot carry descriptors.
+func (c *Conn) handle(m *Message, inBatch bool) (reply []byte, fds []int, ok bool) {
 	var (
 		result any
 		err    error
@@ -515,6 +555,9 @@ func (c *Conn) handle(m *Message) (reply []byte, ok bool) {
 	func() {
 		ctx, cancel := context.WithCancel(c.ctx)
 		defer cancel()
+		if inBatch {
+			ctx = context.WithValue(ctx, batchKey{}, true)
+		}
 		defer func() {
 			if r := recover(); r != nil {
 				if c.opts.OnPanic != nil {
@@ -529,17 +572,23 @@ func (c *Conn) handle(m *Message) (reply []byte, ok bool) {
 		}
 		result, err = c.opts.Handler.Handle(ctx, m)
 	}()
+	if fc, isFC := result.(FDCarrier); isFC {
+		fds = fc.FDs()
+	}
 	if m.ID == nil {
-		return nil, err == nil
+		closeFDs(fds)
+		return nil, nil, err == nil
 	}
 	if err != nil {
-		return AppendError(nil, m.ID, api.AsError(err)), false
+		closeFDs(fds)
+		return AppendError(nil, m.ID, api.AsError(err)), nil, false
 	}
 	b, merr := Marshal(result)
 	if merr != nil {
-		return AppendError(nil, m.ID, &api.Error{Code: api.CodeInternalError, Message: "encoding result: " + merr.Error()}), false
+		closeFDs(fds)
+		return AppendError(nil, m.ID, &api.Error{Code: api.CodeInternalError, Message: "encoding result: " + merr.Error()}), nil, false
 	}
-	return AppendResult(make([]byte, 0, len(b)+64), m.ID, b), true
+	return AppendResult(make([]byte, 0, len(b)+64), m.ID, b), fds, true
 }
 
 func (c *Conn) serveBatch(d Decoded) {
@@ -565,7 +614,11 @@ func (c *Conn) serveBatch(d Decoded) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r, _ := c.handle(m)
+			r, fds, _ := c.handle(m, true)
+			if len(fds) > 0 {
+				closeFDs(fds)
+				r = AppendError(nil, m.ID, &api.Error{Code: api.CodeInternalError, Message: "a reply in a batch cannot pass file descriptors"})
+			}
 			mu.Lock()
 			out[i] = r
 			mu.Unlock()
@@ -592,13 +645,18 @@ func (c *Conn) serveBatch(d Decoded) {
 
 func (c *Conn) deliver(m *Message) {
 	key := IDKey(m.ID)
+	// The send is under pmu (it never blocks: ch has room for the one
+	// answer), so a Call that gave up and forgot its key finds any
+	// answer, and its descriptors, already in ch.
 	c.pmu.Lock()
+	defer c.pmu.Unlock()
 	ch, ok := c.pending[key]
 	delete(c.pending, key)
-	c.pmu.Unlock()
-	if ok {
-		ch <- m
+	if !ok {
+		closeFDs(m.FDs)
+		return
 	}
+	ch <- m
 }
 
 type deadliner interface{ SetWriteDeadline(time.Time) error }
@@ -622,14 +680,67 @@ func (c *Conn) writeLine(b []byte) error {
 		d.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
 	}
 	if err := c.bw.Flush(); err != nil {
-		if peerGone(err) {
-			c.closeAfterGone()
-		} else {
-			c.Close()
-		}
+		c.writeFailed(err)
 		return err
 	}
 	return nil
+}
+
+// writeLineFDs writes one line with fds passed beside it, and closes
+// fds, sent or not. Lines written before it are flushed first, and its
+// first byte goes alone in the sendmsg that carries fds, so nothing but
+// the line's own bytes comes with them (see fds.go).
+func (c *Conn) writeLineFDs(b []byte, fds []int) error {
+	if len(fds) == 0 {
+		return c.writeLine(b)
+	}
+	defer closeFDs(fds)
+	mw, ok := c.rwc.(msgWriter)
+	if !ok || len(fds) > MaxFDsPerLine || len(b) == 0 {
+		return c.writeLine(AppendError(nil, RecoverID(b), &api.Error{Code: api.CodeInternalError, Message: "this connection cannot pass these file descriptors"}))
+	}
+	c.queued.Add(1)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.ctx.Err() != nil {
+		c.queued.Add(-1)
+		return net.ErrClosed
+	}
+	if d, ok := c.rwc.(deadliner); ok && c.opts.WriteTimeout > 0 {
+		d.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+	}
+	err := c.bw.Flush()
+	if err == nil {
+		var n int
+		n, _, err = mw.WriteMsgUnix(b[:1], syscall.UnixRights(fds...), nil)
+		if err == nil && n != 1 {
+			err = io.ErrShortWrite
+		}
+	}
+	if err != nil {
+		c.queued.Add(-1)
+		c.writeFailed(err)
+		return err
+	}
+	c.bw.Write(b[1:])
+	c.bw.WriteByte('\n')
+	if c.queued.Add(-1) != 0 {
+		return nil
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.writeFailed(err)
+		return err
+	}
+	return nil
+}
+
+// writeFailed ends a connection whose write failed.
+func (c *Conn) writeFailed(err error) {
+	if peerGone(err) {
+		c.closeAfterGone()
+	} else {
+		c.Close()
+	}
 }
 
 // ErrClosed is returned by Call when the connection closed before the
@@ -691,12 +802,23 @@ func (c *Conn) closeAfterGone() {
 
 // Call sends a request and decodes the result into result (which may be
 // nil or a *json.RawMessage). An error response is returned as *api.Error.
+// Descriptors that came with the answer are closed.
 func (c *Conn) Call(ctx context.Context, method string, params, result any) error {
+	fds, err := c.CallFDs(ctx, method, params, result)
+	closeFDs(fds)
+	return err
+}
+
+// CallFDs is Call that also returns the file descriptors that came with
+// a successful answer's line (Options.ReceiveFDs), in the order sent; the
+// caller owns them. On error none are returned (any that came are
+// closed).
+func (c *Conn) CallFDs(ctx context.Context, method string, params, result any) ([]int, error) {
 	var pb []byte
 	if params != nil {
 		var err error
 		if pb, err = Marshal(params); err != nil {
-			return fmt.Errorf("jsonrpc: encoding %s params: %w", method, err)
+			return nil, fmt.Errorf("jsonrpc: encoding %s params: %w", method, err)
 		}
 	}
 	n := c.nextID.Add(1)
@@ -706,49 +828,61 @@ func (c *Conn) Call(ctx context.Context, method string, params, result any) erro
 	c.pmu.Lock()
 	if c.ctx.Err() != nil {
 		c.pmu.Unlock()
-		return c.closeError()
+		return nil, c.closeError()
 	}
 	c.pending[key] = ch
 	c.pmu.Unlock()
 	if err := c.writeLine(AppendRequest(nil, id, method, pb)); err != nil {
-		c.forget(key)
+		c.forget(key, ch)
 		// The peer may have hung up with a reason still to be read.
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		return c.closeError()
+		return nil, c.closeError()
 	}
 	select {
 	case m, ok := <-ch:
 		if !ok {
-			return c.closeError()
+			return nil, c.closeError()
 		}
 		if m.Error != nil {
-			return m.Error
+			closeFDs(m.FDs)
+			return nil, m.Error
 		}
 		if result == nil {
-			return nil
+			return m.FDs, nil
 		}
 		if r, ok := result.(*json.RawMessage); ok {
 			*r = m.Result
-			return nil
+			return m.FDs, nil
 		}
 		if err := json.Unmarshal(m.Result, result); err != nil {
-			return fmt.Errorf("jsonrpc: decoding %s result: %w", method, err)
+			closeFDs(m.FDs)
+			return nil, fmt.Errorf("jsonrpc: decoding %s result: %w", method, err)
 		}
-		return nil
+		return m.FDs, nil
 	case <-ctx.Done():
-		c.forget(key)
-		return ctx.Err()
+		c.forget(key, ch)
+		return nil, ctx.Err()
 	}
 }
 
-func (c *Conn) forget(key string) {
+// forget gives up on the call of key: once it is out of pending no
+// answer can arrive (deliver sends under pmu), so one that did is in ch,
+// and its descriptors are closed.
+func (c *Conn) forget(key string, ch chan *Message) {
 	c.pmu.Lock()
 	delete(c.pending, key)
 	c.pmu.Unlock()
+	select {
+	case m, ok := <-ch:
+		if ok {
+			closeFDs(m.FDs)
+		}
+	default:
+	}
 }
 
 // Notify sends a notification.

@@ -7,6 +7,9 @@
 //   - frame.go reads bounded lines from a byte stream.
 //   - conn.go runs a connection in both directions: it serves the peer's
 //     requests through a Handler and lets this side call the peer.
+//   - fds.go passes file descriptors beside lines on Unix sockets (a
+//     result's memfd attachments) and assigns received ones to the line
+//     they came with.
 //
 // Business rules live in the core; faces decode, call the core and encode.
 package jsonrpc
@@ -30,6 +33,9 @@ type Message struct {
 	Params json.RawMessage
 	Result json.RawMessage
 	Error  *api.Error
+	// FDs are the file descriptors that came with a response's line
+	// (Options.ReceiveFDs); whoever holds the Message owns them.
+	FDs []int
 }
 
 // IsRequest reports whether m expects a response.

@@ -207,6 +207,9 @@ func decode[P any](c *call) (*P, error) {
 // okResult is a successful tool result: the result as structured
 // content and, as text, its JSON (or the text form it carries).
 func okResult(res any) *sdk.CallToolResult {
+	if cr, ok := res.(*api.CapabilityResult); ok && cr != nil && len(cr.Attachments) > 0 {
+		return attachmentsResult(cr)
+	}
 	text := ""
 	if tr, ok := res.(*textResult); ok {
 		text, res = tr.text, tr.structured

@@ -86,7 +86,7 @@ var methods = withRoles([]method{
 	{name: api.MethodEventsHistory, call: typed((*core.Broker).EventHistory)},
 	{name: api.MethodHealthCheck, call: noParams((*core.Broker).Health)},
 	{name: api.MethodInvokeAction, call: typed((*core.Broker).InvokeAction)},
-	{name: api.MethodInvokeCapability, call: typed((*core.Broker).InvokeCapability)},
+	{name: api.MethodInvokeCapability, call: invokeCapability},
 	{name: api.MethodJobsList, call: typed((*core.Broker).Jobs)},
 	{name: api.MethodJobsUndo, call: typed((*core.Broker).UndoJob)},
 	{name: api.MethodPolicyReload, call: noParams((*core.Broker).ReloadPolicy)},

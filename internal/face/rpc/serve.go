@@ -44,6 +44,10 @@ type Options struct {
 	// LineBudget bounds the memory of long lines of all connections.
 	LineBudget *deadline.Budget
 	Logger     *slog.Logger
+	// MaxUnreadAttachments bounds, per connection, the bytes of the
+	// attachments passed as memfds that the peer may leave unread; 0
+	// means DefaultMaxUnreadAttachments (see fdPassing.reserve).
+	MaxUnreadAttachments int64
 	// OnAuthenticated, if set, is told when a connection that needs the
 	// token (the rwc ServeConn was given) presents the right one; it may
 	// be told more than once of one connection. The daemon counts
@@ -84,6 +88,9 @@ func NewServer(b *core.Broker, opts Options) *Server {
 	if opts.AuthFailureBurst <= 0 {
 		opts.AuthFailureBurst = DefaultAuthFailureBurst
 	}
+	if opts.MaxUnreadAttachments <= 0 {
+		opts.MaxUnreadAttachments = DefaultMaxUnreadAttachments
+	}
 	return &Server{b: b, opts: opts, authFailures: rate.NewLimiter(rate.Limit(opts.AuthFailuresPerSecond), opts.AuthFailureBurst)}
 }
 
@@ -118,6 +125,7 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error 
 	}
 	conn := jsonrpc.NewConn(rwc, opts)
 	h.conn = conn
+	h.fds = newFDPassing(conn, rwc, s.opts.MaxUnreadAttachments)
 	h.sess = s.b.OpenSession(info, endpoint(conn))
 	defer h.sess.Close()
 	return conn.Run()
@@ -129,10 +137,12 @@ type handler struct {
 	conn     *jsonrpc.Conn
 	sess     *core.Session
 	failures atomic.Int32
+	// fds is the connection's memfd passing, nil if it cannot pass any.
+	fds *fdPassing
 }
 
 func (h *handler) Handle(ctx context.Context, m *jsonrpc.Message) (any, error) {
-	ctx = core.WithSession(ctx, h.sess)
+	ctx = withFDPassing(core.WithSession(ctx, h.sess), h.fds)
 	if m.Method == api.MethodSessionAuthenticate {
 		return h.authenticate(ctx, m.Params)
 	}
