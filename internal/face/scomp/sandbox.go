@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"modernc.org/quickjs"
 
@@ -491,12 +492,27 @@ func (b *sandbox) drive(ctx context.Context, start func() error) (json.RawMessag
 	b.sctx = core.WithSession(ctx, b.c.sess)
 	b.running = true
 	defer func() { b.running = false }()
+	// The engine clears a pending interrupt at each call from Go into
+	// JavaScript (and an eval is several: the script, then its jobs), so
+	// one Interrupt may land between two calls and be lost. Once the
+	// time is up the interrupt is repeated until start returns.
+	finished := make(chan struct{})
 	interrupted := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		b.vm.Interrupt()
-		close(interrupted)
+		defer close(interrupted)
+		t := time.NewTicker(interruptRepeat)
+		defer t.Stop()
+		for {
+			b.vm.Interrupt()
+			select {
+			case <-finished:
+				return
+			case <-t.C:
+			}
+		}
 	})
 	err := start()
+	close(finished)
 	timedOut := false
 	if !stop() {
 		<-interrupted
@@ -581,6 +597,10 @@ func (b *sandbox) pump() error {
 	}
 	return nil
 }
+
+// interruptRepeat is how often an eval whose time is up is told again to
+// stop.
+const interruptRepeat = 5 * time.Millisecond
 
 // asyncFlag is QuickJS's JS_EVAL_FLAG_ASYNC: a global script may await
 // at top level, and the eval returns a promise of {value}.
