@@ -91,7 +91,7 @@ func runPeer(b *testing.B, display string, name string, args ...string) int {
 	return len(out)
 }
 
-func open2(b *testing.B, display string) *Conn {
+func open2(b testing.TB, display string) *Conn {
 	c, err := Open(display, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -102,7 +102,7 @@ func open2(b *testing.B, display string) *Conn {
 
 // startXvfb starts an Xvfb with one screen of the given geometry and
 // returns its display.
-func startXvfb(b *testing.B, screen string) string {
+func startXvfb(b testing.TB, screen string) string {
 	r, w, err := os.Pipe()
 	if err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -415,5 +416,129 @@ func TestCaptureMinimized(t *testing.T) {
 	}
 	if r := api.AsError(err).Data; r == nil || !strings.Contains(fmt.Sprint(r), "minimized") {
 		t.Errorf("CAPTURE_FAILED data: got %v, want reason minimized", r)
+	}
+}
+
+// TestNoWindowManager: on a display without a window manager the
+// surfaces are the root's mapped children, and focusing one sets the
+// input focus.
+func TestNoWindowManager(t *testing.T) {
+	display := startXvfb(t, "800x600x24")
+	c := open2(t, display)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ev := c.Watch(ctx)
+	cmd := exec.Command("xterm", "-title", "pcp-bare", "-geometry", "40x10+30+40", "-bw", "0")
+	cmd.Env = append(os.Environ(), "DISPLAY="+display)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	e := waitEvent(t, ev, "created pcp-bare", func(e Event) bool { return e.Type == EventCreated && e.Surface.Title == "pcp-bare" })
+	if e.Surface.X != 30 || e.Surface.Y != 40 || e.Surface.Class != "XTerm" || !e.Surface.Mapped {
+		t.Errorf("surface without a window manager: got %+v, want XTerm at 30,40", e.Surface)
+	}
+	if err := c.Focus(ctx, e.Surface.Window, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := c.Active(ctx); a == nil || a.Window != e.Surface.Window {
+		t.Errorf("Active: got %v, want %s", a, e.Surface.ID())
+	}
+	cmd.Process.Kill()
+	waitEvent(t, ev, "destroyed pcp-bare", func(x Event) bool { return x.Type == EventDestroyed && x.Surface.Window == e.Surface.Window })
+}
+
+// entryScript prints the desktop extents and the text of each of
+// gtk3-widget-factory's showing, editable text fields, a line each, read
+// with pyatspi: an independent reader of what the typing produced.
+const entryScript = `
+import pyatspi, sys
+app = [a for a in pyatspi.Registry.getDesktop(0) if a is not None and a.name == "gtk3-widget-factory"][0]
+def walk(a, depth=0):
+    if a is None or depth > 40: return
+    st = a.getState()
+    if a.getRole() == pyatspi.ROLE_TEXT and st.contains(pyatspi.STATE_EDITABLE) and st.contains(pyatspi.STATE_SHOWING):
+        x = a.queryComponent().getExtents(pyatspi.DESKTOP_COORDS)
+        t = a.queryText().getText(0, -1).replace("\n", " ")
+        sys.stdout.write("%d %d %d %d %d %s\n" % (x.x, x.y, x.width, x.height, st.contains(pyatspi.STATE_FOCUSED), t))
+    for i in range(a.childCount):
+        walk(a[i], depth+1)
+walk(app)
+`
+
+type field struct {
+	x, y, w, h, focused int
+	text                string
+}
+
+// entries lists gtk3-widget-factory's editable text fields.
+func entries(t *testing.T) []field {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", entryScript)
+	cmd.Env = append(os.Environ(), desk.Env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pyatspi: %v\n%s", err, out)
+	}
+	var fs []field
+	for _, line := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		p := strings.SplitN(line, " ", 6)
+		if len(p) < 5 {
+			continue
+		}
+		var f field
+		fmt.Sscan(strings.Join(p[:5], " "), &f.x, &f.y, &f.w, &f.h, &f.focused)
+		if len(p) == 6 {
+			f.text = p[5]
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// TestTypeUnicodeGTK types Unicode into gtk3-widget-factory's focused
+// entry, over its selected text, and reads it back through AT-SPI2.
+func TestTypeUnicodeGTK(t *testing.T) {
+	c := open(t)
+	ctx := context.Background()
+	if err := desk.WaitApps(60*time.Second, "gtk3-widget-factory"); err != nil {
+		t.Fatal(err)
+	}
+	s := findClass(t, c, "Gtk3-widget-factory")
+	if err := c.Focus(ctx, s.Window, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var target *field
+	for _, f := range entries(t) {
+		if f.focused == 1 {
+			target = &f
+			break
+		}
+	}
+	if target == nil {
+		t.Fatal("gtk3-widget-factory has no focused entry")
+	}
+	// Select the entry's text, then type over it.
+	if err := c.Key(ctx, "ctrl+a"); err != nil {
+		t.Fatal(err)
+	}
+	const want = "é€中文 ok"
+	if err := c.Type(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var got []field
+		for _, f := range entries(t) {
+			if f.x == target.x && f.y == target.y {
+				got = append(got, f)
+			}
+		}
+		if len(got) == 1 && got[0].text == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("entry at %d,%d: got %+v, want %q", target.x, target.y, got, want)
+		}
 	}
 }
