@@ -16,8 +16,8 @@ import (
 
 // Benchmarks, each beside its peer in the same run:
 //
-//	BenchmarkCapture/{1280x1024,1920x1080}/{pcp,import,xwd}
-//	    a capture of the whole screen: PCP's PNG (MIT-SHM, BestSpeed)
+//	BenchmarkCapture/{1280x1024,1920x1080}/{pcp,pcp-scaled,import,xwd}
+//	    a capture of the whole screen: PCP's PNG (MIT-SHM, pngenc.go)
 //	    against ImageMagick's `import -window root png:-` (PNG) and
 //	    `xwd -root -silent` (raw XWD, no encoding). The 1920x1080 screen
 //	    is a second Xvfb whose root shows the test desktop's screen.

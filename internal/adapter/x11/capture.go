@@ -1,12 +1,9 @@
 package x11
 
 import (
-	"bytes"
 	"context"
 	"image"
-	"image/png"
 	"math"
-	"sync"
 
 	"github.com/jezek/xgb/shm"
 	"github.com/jezek/xgb/xproto"
@@ -55,16 +52,6 @@ type shmSeg struct {
 	dead bool // attaching failed: GetImage from now on
 }
 
-var encoderPool = &pngPool{}
-
-type pngPool struct{ sync.Pool }
-
-func (p *pngPool) Get() *png.EncoderBuffer {
-	b, _ := p.Pool.Get().(*png.EncoderBuffer)
-	return b
-}
-func (p *pngPool) Put(b *png.EncoderBuffer) { p.Pool.Put(b) }
-
 // Capture captures window w (0: the whole screen) and encodes it as PNG,
 // scaled to opts' limits. A window that is minimized, unmapped or off the
 // screen is CAPTURE_FAILED, with the reason.
@@ -73,13 +60,11 @@ func (c *Conn) Capture(ctx context.Context, w uint32, opts CaptureOptions) (*Sho
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(img.Pix) / 4)
-	enc := png.Encoder{CompressionLevel: png.BestSpeed, BufferPool: encoderPool}
-	if err := enc.Encode(&buf, img); err != nil {
+	raw, err := encodePNG(img)
+	if err != nil {
 		return nil, captureFailed("encode_failed", nil, "encoding the capture: %v", err)
 	}
-	shot.PNG = buf.Bytes()
+	shot.PNG = raw
 	return shot, nil
 }
 
