@@ -170,6 +170,19 @@ func (c *Conn) loadKeymapLocked() error {
 	return nil
 }
 
+// freshKeymapLocked rereads the keymap after a MappingNotify: another
+// client (setxkbmap, or this package's own remapping) changed it. The
+// keycodes this package remapped stay in c.remapped, to be emptied.
+func (c *Conn) freshKeymapLocked() error {
+	if !c.keymapStale.Swap(false) {
+		return nil
+	}
+	if err := c.loadKeymapLocked(); err != nil {
+		return inputFailed("connection_lost", nil, "%v", err)
+	}
+	return nil
+}
+
 // keyFor finds the keycode and level of keysym ks: in the keymap, or
 // among the keycodes typing has remapped. inputMu is held.
 func (c *Conn) keyForLocked(ks uint32) (kc byte, level int, ok bool) {
@@ -209,6 +222,9 @@ func (c *Conn) Key(ctx context.Context, keys string) error {
 	}
 	c.inputMu.Lock()
 	defer c.inputMu.Unlock()
+	if err := c.freshKeymapLocked(); err != nil {
+		return err
+	}
 	var mods []byte
 	for _, m := range ch.mods {
 		kc, err := c.modifierLocked(m)
@@ -265,6 +281,9 @@ func (c *Conn) Type(ctx context.Context, text string) error {
 	}
 	c.inputMu.Lock()
 	defer c.inputMu.Unlock()
+	if err := c.freshKeymapLocked(); err != nil {
+		return err
+	}
 	shift, err := c.modifierLocked(ksShift)
 	if err != nil {
 		return err

@@ -67,37 +67,63 @@ func (c *Conn) Watch(ctx context.Context) <-chan Event {
 	return ch
 }
 
-// events is the connection's one event reader: it drains a burst of
-// events, then rescans the top-level windows once and reports the
-// difference.
+// events is the connection's one event reader. It only classifies
+// events, so xgb's reader never waits for it (a reply cannot be stuck
+// behind a full event queue, whatever another client makes the server
+// send), and kicks the rescanner, which coalesces a burst of changes into
+// one rescan.
 func (c *Conn) events() {
 	defer c.wg.Done()
+	defer close(c.evDone)
 	for {
 		ev, xerr := c.xc.WaitForEvent()
 		if ev == nil && xerr == nil {
 			return // connection closed
 		}
-		// Windows destroyed in this burst: the server may hand a
-		// destroyed window's id to a new window at once, and that one
-		// is another surface.
-		destroyed := map[xproto.Window]bool{}
-		relevant := c.relevant(ev, destroyed)
-		for {
-			ev, xerr = c.xc.PollForEvent()
-			if ev == nil && xerr == nil {
-				break
-			}
-			relevant = c.relevant(ev, destroyed) || relevant
+		if ev == nil {
+			continue
 		}
+		c.pendMu.Lock()
+		relevant := c.relevant(ev, c.pendDestroyed)
+		c.pendMu.Unlock()
 		if relevant {
-			c.rescan(destroyed)
+			select {
+			case c.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
+// rescanner rescans after each kick: the windows destroyed since the last
+// rescan go with it.
+func (c *Conn) rescanner() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.kick:
+		case <-c.evDone:
+			return
+		}
+		c.pendMu.Lock()
+		destroyed := c.pendDestroyed
+		c.pendDestroyed = map[xproto.Window]bool{}
+		c.pendMu.Unlock()
+		c.rescan(destroyed)
+	}
+}
+
 // relevant reports whether an event may change what Surfaces returns.
+// A keyboard mapping change marks the keymap for rereading. Windows
+// destroyed are added to destroyed: the server may hand a destroyed
+// window's id to a new window at once, and that one is another surface.
 func (c *Conn) relevant(ev any, destroyed map[xproto.Window]bool) bool {
 	switch e := ev.(type) {
+	case xproto.MappingNotifyEvent:
+		if e.Request == xproto.MappingKeyboard {
+			c.keymapStale.Store(true)
+		}
+		return false
 	case xproto.DestroyNotifyEvent:
 		destroyed[e.Window] = true
 		return true

@@ -23,6 +23,7 @@ import (
 	stdlog "log"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jezek/xgb"
@@ -74,6 +75,16 @@ type Conn struct {
 	activeKnown, primed bool
 	watched             map[xproto.Window]bool // windows whose PropertyChange we selected; mu
 
+	// kick wakes the rescanner; pendDestroyed, guarded by pendMu, are
+	// the windows destroyed since its last rescan; evDone is closed when
+	// the event reader ends.
+	kick          chan struct{}
+	pendMu        sync.Mutex
+	pendDestroyed map[xproto.Window]bool
+	evDone        chan struct{}
+	// keymapStale: the keyboard mapping changed; input rereads it.
+	keymapStale atomic.Bool
+
 	done chan struct{}
 	wg   sync.WaitGroup
 }
@@ -92,7 +103,8 @@ func Open(display string, log *slog.Logger) (*Conn, error) {
 	scr := setup.DefaultScreen(xc)
 	c := &Conn{xc: xc, display: display, root: scr.Root, width: int(scr.WidthInPixels), height: int(scr.HeightInPixels),
 		depth: scr.RootDepth, atoms: map[string]xproto.Atom{}, log: log, subs: map[int]chan Event{},
-		known: map[xproto.Window]*Surface{}, watched: map[xproto.Window]bool{}, remapped: map[byte]uint32{}, done: make(chan struct{})}
+		known: map[xproto.Window]*Surface{}, watched: map[xproto.Window]bool{}, remapped: map[byte]uint32{}, done: make(chan struct{}),
+		kick: make(chan struct{}, 1), pendDestroyed: map[xproto.Window]bool{}, evDone: make(chan struct{})}
 	cookies := make([]xproto.InternAtomCookie, len(atomNames))
 	for i, n := range atomNames {
 		cookies[i] = xproto.InternAtom(xc, false, uint16(len(n)), n)
@@ -127,8 +139,9 @@ func Open(display string, log *slog.Logger) (*Conn, error) {
 		return nil, err
 	}
 	c.rescan(nil)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.events()
+	go c.rescanner()
 	return c, nil
 }
 
