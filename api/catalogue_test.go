@@ -97,10 +97,12 @@ are added.
 | ` + "`CONFIRMATION_REQUIRED`" + ` | ` + "`confirmation_id`, `capability_id`, `confirmation_type`, `undo_window_ms`, `description`" + ` (built from the actual parameters), ` + "`expires_at`" + ` |
 | ` + "`EXECUTION_TIMEOUT`" + ` | ` + "`capability_id`, `timeout_ms`" + `; or, when an element never became actionable, ` + "`element_id`, `action`, `not_actionable`" + ` (the conditions not met, e.g. ` + "`not SENSITIVE`" + `), ` + "`states`, `waited_ms`" + ` |
 | ` + "`APP_UNRESPONSIVE`" + ` | ` + "`app_id`, `reason`" + ` |
+| ` + "`INPUT_SIMULATION_FAILED`" + ` | ` + "`reason`" + ` (e.g. ` + "`no_xtest`, `point_off_screen`, `bad_chord`, `no_spare_keycode`, `focus_refused`" + `; [x11.md](x11.md#errors) lists them) and what it concerns: ` + "`x`, `y`, `keys`, `surface_id`, `character`" + ` |
 | ` + "`CAPABILITY_NOT_FOUND`" + ` | ` + "`capability_id`, `app_id`" + ` |
 | ` + "`MANIFEST_INVALID`" + ` | ` + "`app_id`, `capability`, `field`" + ` (a JSON path into the manifest) |
 | ` + "`MANIFEST_SIGNATURE_INVALID`" + ` | ` + "`app_id`" + ` |
 | ` + "`RATE_LIMITED`" + ` | ` + "`scope`" + `, the limit's name, and its bounds: ` + "`app`" + ` (with ` + "`app_id`, `source`" + `) and ` + "`connection`" + ` (with ` + "`retry_after_ms`, `limit_per_second`, `burst`" + `), ` + "`confirmations`" + ` (` + "`per`" + `: ` + "`connection`, `agent` or `daemon`" + `, the bound reached; ` + "`pending`, `retry_after_ms`" + `), ` + "`authentication`" + ` (` + "`limit_per_second`, `burst`" + `), ` + "`subscriptions`, `adapters`, `app_sockets`, `connections`, `connections_per_uid`, `tcp_unauthenticated`" + ` (` + "`limit`" + `; ` + "`uid`" + `; ` + "`control_reserve`" + `), ` + "`line_memory`" + ` (` + "`limit`, `size`" + `), ` + "`file_descriptors`" + `; on the scomp face ` + "`scomp_sessions`" + ` (` + "`limit`; `uid`, `agent` or `transport`" + `), ` + "`scomp_memory`" + ` (` + "`limit`, `in_use`, `session_limit`" + `), ` + "`queue`" + ` (` + "`limit`" + `) |
+| ` + "`CAPTURE_FAILED`" + ` | ` + "`reason`" + `: ` + "`minimized`, `unmapped`, `off_screen`, `unsupported_depth`, `get_image_failed`, `short_image`, `encode_failed`" + `; ` + "`surface_id`" + ` |
 
 On the scomp face (spec 004) a failed eval is ` + "`-32000`" + ` with data
 ` + "`{kind, stack[, error]}`" + `, whatever the kind (` + "`EvalError`" + `,

@@ -25,6 +25,8 @@ func main() {
 	fs.StringVar(&cfg.AppSocketDir, "app-socket-dir", "", "directory of the Tier 1 per-app sockets (default apps/ beside --socket)")
 	fs.BoolVar(&cfg.Accessibility, "atspi", true, "reach accessible applications through the AT-SPI2 adapter (Tier 2)")
 	fs.StringVar(&cfg.AccessibilityBus, "atspi-bus", "", "accessibility bus address (default $AT_SPI_BUS_ADDRESS, else asked of the session bus)")
+	fs.BoolVar(&cfg.X11, "x11", true, "bind the X11 platform adapter: input, capture and the surfaces of every window (Tier 3)")
+	fs.StringVar(&cfg.X11Display, "x11-display", "", "X11 display of the platform adapter (default $DISPLAY)")
 	fs.BoolVar(&cfg.Notifications, "notify", true, "show confirmations as desktop notifications with Approve and Deny (org.freedesktop.Notifications)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "state directory holding pcp.db (default $XDG_STATE_HOME/pcp)")
 	fs.StringVar(&cfg.TrustDir, "trust-dir", "", "directory of trusted publisher keys, PEM PUBLIC KEY files (default $XDG_CONFIG_HOME/pcp/trusted-keys)")

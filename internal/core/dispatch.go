@@ -152,8 +152,12 @@ func (b *Broker) SetPlatformAdapter(p PlatformAdapter) error {
 				return api.Errorf(api.CodeManifestInvalid, map[string]any{"app_id": id},
 					"platform app %s: app id must be in the system or compositor domain", id)
 			}
-			if err := manifest.ValidateAppID(id); err != nil {
-				return fmt.Errorf("platform app %s: %w", id, err)
+			// The domains' roots, "system" and "compositor", are apps
+			// of their own (system.capture); other ids are reverse-DNS.
+			if id != platformDomain(id) {
+				if err := manifest.ValidateAppID(id); err != nil {
+					return fmt.Errorf("platform app %s: %w", id, err)
+				}
 			}
 			m := ms[id]
 			if m == nil {

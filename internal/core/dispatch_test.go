@@ -984,3 +984,29 @@ func TestAccessibleNameAliases(t *testing.T) {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }
+
+// rootPlatform has apps at the domains' roots: system.capture,
+// compositor.focus_surface.
+type rootPlatform struct{ fakePlatform }
+
+func (p *rootPlatform) Manifests() map[string]*api.Manifest {
+	return map[string]*api.Manifest{
+		"system":     {Version: "1.0", Capabilities: []api.CapabilityDecl{{Name: "capture", Tier: 3, TrustLevel: api.TrustAuto}}},
+		"compositor": {Version: "1.0", Capabilities: []api.CapabilityDecl{{Name: "focus_surface", Tier: 3, TrustLevel: api.TrustAuto}}},
+	}
+}
+
+func TestDispatchPlatformDomainRoots(t *testing.T) {
+	w := newDispatchWorld(t, RateLimits{})
+	plat := &rootPlatform{fakePlatform{calls: w.calls}}
+	if err := w.b.SetPlatformAdapter(plat); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"system.capture", "compositor.focus_surface"} {
+		res, err := w.exec(w.agent, id, `{}`)
+		if err != nil || res.Status != api.StatusSuccess {
+			t.Fatalf("%s: %+v, %v", id, res, err)
+		}
+		w.wantRoute(t, routePlatform)
+	}
+}

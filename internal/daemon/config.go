@@ -37,6 +37,13 @@ type Config struct {
 	// $DBUS_SESSION_BUS_ADDRESS).
 	Notifications    bool
 	NotificationsBus string
+	// X11 binds the X11 platform adapter (internal/adapter/x11, Tier 3):
+	// the system and compositor capabilities (input, capture, window
+	// focus) and the surfaces of every top-level window. X11Display
+	// names the display (default $DISPLAY); without one, or when it
+	// cannot be opened, the daemon runs without a platform adapter.
+	X11        bool
+	X11Display string
 	// StateDir holds pcp.db and pcpd.lock, which one daemon at a time
 	// holds locked.
 	StateDir string

@@ -37,6 +37,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/adapter/atspi"
 	"github.com/pcp-dev/pcp/internal/adapter/notify"
+	"github.com/pcp-dev/pcp/internal/adapter/x11"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/deadline"
 	"github.com/pcp-dev/pcp/internal/face/appsock"
@@ -60,6 +61,7 @@ type Server struct {
 	st     *store.Store
 	b      *core.Broker
 	ax     *atspi.Adapter // nil without Accessibility
+	x11    *x11.Platform  // nil without an X11 display (platform.go)
 	apps   *appsock.Server
 	agents *agentSockets
 	face   *rpc.Server
@@ -243,6 +245,9 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	if err := s.newPlatform(); err != nil {
+		return nil, err
+	}
 	s.apps = appsock.New(s.b, cfg.AppSocketDir, s.log)
 	s.b.SetAppSockets(s.apps)
 	s.agents = newAgentSockets(s)
@@ -344,6 +349,7 @@ func (s *Server) Serve(ctx context.Context) error {
 // policy-reload loop.
 func (s *Server) startBackground() {
 	s.startNotifier()
+	s.startPlatform()
 	if s.ax != nil {
 		s.bg.Add(1)
 		go func() {
@@ -476,6 +482,7 @@ func (s *Server) release() {
 		if s.ax != nil {
 			s.ax.Close()
 		}
+		s.closePlatform()
 		s.closeNotifier()
 		s.stopMCP() // New failing halfway: never served
 		s.stopScomp()
