@@ -108,6 +108,7 @@ signs and verifies capability manifests.`,
 	root.AddCommand(
 		e.capsCommand(),
 		e.invokeCommand(),
+		e.captureCommand(),
 		e.elementsCommand(),
 		e.surfaceCommand(),
 		e.actionCommand(),

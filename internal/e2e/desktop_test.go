@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"image/png"
 	"io"
 	"os"
 	"path/filepath"
@@ -41,7 +42,8 @@ func TestDesktop(t *testing.T) {
 	w.env = append(w.env, "DISPLAY="+d.Vars["DISPLAY"], "DBUS_SESSION_BUS_ADDRESS="+d.Vars["DBUS_SESSION_BUS_ADDRESS"])
 	// The agent may act in these two apps without asking; everything else
 	// detected through accessibility still needs the user's confirmation.
-	policy := "[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n[apps.\"atspi.gnome-calculator\"]\ntrust_level = \"auto\"\n"
+	policy := "[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n[apps.\"atspi.gnome-calculator\"]\ntrust_level = \"auto\"\n" +
+		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n"
 	if err := os.WriteFile(filepath.Join(w.config, "pcp", "policy.toml"), []byte(policy), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -438,6 +440,37 @@ for (const key of ["+", "3", "="]) {
 			t.Fatalf("the eval: %s, want %s", v, want)
 		}
 		poll("the calculator's display", displayShows("7"))
+	})
+
+	t.Run("pcpctl capture: the screen as PNG through a file descriptor", func(t *testing.T) {
+		// system.capture on the X11 platform adapter; the PNG crosses the
+		// agent socket as a sealed memfd, and pcpctl writes it out.
+		out := filepath.Join(w.dir, "screen.png")
+		r := w.mustPCPCTL("capture", "-o", out)
+		f, err := os.Open(out)
+		if err != nil {
+			t.Fatalf("%v: %v", r, err)
+		}
+		defer f.Close()
+		img, err := png.Decode(f)
+		if err != nil {
+			t.Fatalf("the capture is not a PNG: %v", err)
+		}
+		b := img.Bounds()
+		// The 1280x1024 screen scaled to at most 1.15 megapixels.
+		if b.Dx()*b.Dy() > 1150000 || b.Dx() < 1100 || !strings.Contains(r.stdout, "scale 0.9") {
+			t.Fatalf("capture %dx%d, %s", b.Dx(), b.Dy(), r.stdout)
+		}
+		colours := map[[3]uint32]bool{}
+		for y := b.Min.Y; y < b.Max.Y; y += 7 {
+			for x := b.Min.X; x < b.Max.X; x += 7 {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				colours[[3]uint32{r >> 8, g >> 8, bl >> 8}] = true
+			}
+		}
+		if len(colours) < 16 {
+			t.Fatalf("the capture holds %d colours: blank", len(colours))
+		}
 	})
 
 	t.Run("every execution is on the audit chain", func(t *testing.T) {

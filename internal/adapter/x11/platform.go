@@ -88,7 +88,7 @@ func (p *Platform) Manifests() map[string]*api.Manifest {
 		AppSystem: {Version: "1.0", Description: "The X11 display", Capabilities: []api.CapabilityDecl{
 			{Name: "capture", Tier: 3, TrustLevel: api.TrustConfirm, Description: "Capture a window or the screen as PNG, scaled to fit",
 				Parameters: []api.ParamDecl{opt(pSurfaceID), opt(api.ParamDecl{Name: "max_long_edge", Type: "integer"}),
-					opt(api.ParamDecl{Name: "max_pixels", Type: "integer"}), opt(api.ParamDecl{Name: "inline", Type: "boolean", Description: "carry the PNG as base64 (default true)"})}},
+					opt(api.ParamDecl{Name: "max_pixels", Type: "integer"}), opt(api.ParamDecl{Name: "inline", Type: "boolean", Description: "also carry the PNG as base64 in the data, for faces without attachments (default false)"})}},
 		}},
 		AppCompositor: {Version: "1.0", Description: "The X11 window manager", Capabilities: []api.CapabilityDecl{
 			{Name: "focus_surface", Tier: 3, TrustLevel: api.TrustAuto, Description: "Activate a window", Parameters: []api.ParamDecl{pSurfaceID}},
@@ -125,6 +125,7 @@ func (p *Platform) Execute(ctx context.Context, ex *core.Execution) (*api.Capabi
 	name := strings.TrimPrefix(id, app+".")
 	var data any
 	var err error
+	var attach []api.Attachment
 	switch app + "/" + name {
 	case AppInput + "/click", AppInput + "/double_click", AppInput + "/right_click", AppInput + "/move":
 		data, err = p.pointer(ctx, name, &ps)
@@ -135,7 +136,7 @@ func (p *Platform) Execute(ctx context.Context, ex *core.Execution) (*api.Capabi
 	case AppInput + "/key", AppInput + "/type":
 		data, err = p.keyboard(ctx, name, &ps)
 	case AppSystem + "/capture":
-		data, err = p.capture(ctx, &ps)
+		data, attach, err = p.capture(ctx, &ps)
 	case AppCompositor + "/focus_surface", AppCompositor + "/minimize_surface":
 		data, err = p.window(ctx, name, &ps)
 	default:
@@ -148,7 +149,7 @@ func (p *Platform) Execute(ctx context.Context, ex *core.Execution) (*api.Capabi
 	if err != nil {
 		return nil, err
 	}
-	return &api.CapabilityResult{Status: api.StatusSuccess, Data: raw}, nil
+	return &api.CapabilityResult{Status: api.StatusSuccess, Data: raw, Attachments: attach}, nil
 }
 
 func (p *Platform) window(ctx context.Context, name string, ps *params) (any, error) {
@@ -311,30 +312,32 @@ type CaptureData struct {
 	SourceWidth  int     `json:"source_width"`
 	SourceHeight int     `json:"source_height"`
 	Bytes        int     `json:"bytes"`
-	// PNG is the image as base64, when asked for and at most
-	// MaxInlinePNG bytes.
+	// PNG is the image as base64 in the data itself, when asked for
+	// with inline (for a face that carries no attachments) and at most
+	// MaxInlinePNG bytes. The image is always the result's attachment
+	// "image" (image/png).
 	PNG           string `json:"png,omitempty"`
 	InlineOmitted bool   `json:"inline_omitted,omitempty"`
 }
 
-func (p *Platform) capture(ctx context.Context, ps *params) (any, error) {
+func (p *Platform) capture(ctx context.Context, ps *params) (any, []api.Attachment, error) {
 	if ps.MaxLong < 0 || ps.MaxPixels < 0 {
-		return nil, api.InvalidParam("max_long_edge", "limits must not be negative")
+		return nil, nil, api.InvalidParam("max_long_edge", "limits must not be negative")
 	}
 	shot, err := p.Capture(ctx, ps.SurfaceID, CaptureOptions{MaxLongEdge: ps.MaxLong, MaxPixels: ps.MaxPixels})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d := &CaptureData{SurfaceID: ps.SurfaceID, MimeType: "image/png", Width: shot.Width, Height: shot.Height, Scale: shot.Scale,
 		X: shot.X, Y: shot.Y, SourceWidth: shot.SourceWidth, SourceHeight: shot.SourceHeight, Bytes: len(shot.PNG)}
 	switch {
-	case ps.Inline != nil && !*ps.Inline:
+	case ps.Inline == nil || !*ps.Inline:
 	case len(shot.PNG) > MaxInlinePNG:
 		d.InlineOmitted = true
 	default:
 		d.PNG = base64.StdEncoding.EncodeToString(shot.PNG)
 	}
-	return d, nil
+	return d, []api.Attachment{{Name: "image", MediaType: "image/png", Data: shot.PNG}}, nil
 }
 
 func (p *Platform) appOf(s *Surface) string {

@@ -82,18 +82,28 @@ func TestPlatformCapabilities(t *testing.T) {
 		t.Errorf("bad button: got %v, want INVALID_PARAMS", err)
 	}
 
-	// A capture, inline, scaled to a long edge of 800.
-	m, err := execute(t, p, "system.capture", `{"max_long_edge":800}`)
+	// A capture scaled to a long edge of 800: the PNG is the result's
+	// attachment, and with inline in the data too.
+	res, err := p.Execute(ctx, &core.Execution{Capability: api.Capability{ID: "system.capture", AppID: AppSystem}, Registered: true,
+		Params: json.RawMessage(`{"max_long_edge":800,"inline":true}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var m map[string]any
+	json.Unmarshal(res.Data, &m)
+	if len(res.Attachments) != 1 || res.Attachments[0].Name != "image" || res.Attachments[0].MediaType != "image/png" {
+		t.Fatalf("capture attachments: %+v", res.Attachments)
+	}
 	raw, err := base64.StdEncoding.DecodeString(m["png"].(string))
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || !bytes.Equal(raw, res.Attachments[0].Data) {
+		t.Fatalf("the inline PNG is not the attachment: %v", err)
 	}
 	cfg, err := png.DecodeConfig(bytes.NewReader(raw))
 	if err != nil || cfg.Width != 800 || cfg.Height != 640 || m["scale"] != 0.625 || m["width"] != 800.0 {
 		t.Errorf("capture: got %dx%d (%v), data %v", cfg.Width, cfg.Height, err, m)
+	}
+	if m, err := execute(t, p, "system.capture", `{"max_long_edge":100}`); err != nil || m["png"] != nil {
+		t.Errorf("a capture without inline: %v, %v; want no png in the data", m, err)
 	}
 	// The bytes, for a transport that passes them out of band.
 	shot, err := p.Capture(ctx, s.ID(), CaptureOptions{NoScale: true})
