@@ -57,19 +57,22 @@ type Server struct {
 	log  *slog.Logger
 	self int
 
-	lock   *os.File
-	st     *store.Store
-	b      *core.Broker
-	ax     *atspi.Adapter // nil without Accessibility
-	x11    *x11.Platform  // nil without an X11 display (platform.go)
-	apps   *appsock.Server
-	agents *agentSockets
-	face   *rpc.Server
-	stream *stream.Server
-	mcp    *mcpServer
-	scomp  *scompServer
-	lns    []listener
-	shed   *shedder
+	lock *os.File
+	st   *store.Store
+	b    *core.Broker
+	ax   *atspi.Adapter // nil without Accessibility
+	x11  *x11.Platform  // nil without an X11 display (platform.go)
+	// origins gives the AT-SPI2 adapter windows' origins from X11
+	// (platform.go).
+	origins windowOrigins
+	apps    *appsock.Server
+	agents  *agentSockets
+	face    *rpc.Server
+	stream  *stream.Server
+	mcp     *mcpServer
+	scomp   *scompServer
+	lns     []listener
+	shed    *shedder
 	// lineBudget bounds the long JSON-RPC lines of every connection.
 	lineBudget *deadline.Budget
 	// notifier shows confirmations as desktop notifications; nil
@@ -232,8 +235,9 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	if cfg.Accessibility {
 		s.ax = atspi.New(atspi.Config{
-			BusAddress: cfg.AccessibilityBus,
-			Log:        s.log,
+			BusAddress:    cfg.AccessibilityBus,
+			Log:           s.log,
+			WindowOrigins: &s.origins,
 			OnEvent: func(eventType, appID, surfaceID string, data map[string]any) {
 				s.b.Publish(eventType, appID, surfaceID, data)
 			},

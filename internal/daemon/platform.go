@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"sync"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/adapter/x11"
@@ -30,6 +31,12 @@ func (s *Server) newPlatform() error {
 		return nil
 	}
 	p := x11.NewPlatform(c)
+	if s.ax != nil {
+		// One window, one surface id: an accessible app's windows are the
+		// AT-SPI2 adapter's, which takes their origins from X11.
+		p.Claimed = s.ax.AccessiblePIDs
+		s.origins.set(p)
+	}
 	if err := s.b.SetPlatformAdapter(p); err != nil {
 		c.Close()
 		return err
@@ -61,6 +68,9 @@ func (s *Server) startPlatform() {
 }
 
 func (s *Server) publishSurfaceEvent(e x11.Event) {
+	if e.Surface != nil && s.x11.Claims(s.ctx, e.Surface) {
+		return // the AT-SPI2 adapter announces it
+	}
 	var typ string
 	data := map[string]any{}
 	var sid, app string
@@ -98,4 +108,28 @@ func (s *Server) closePlatform() {
 	if s.x11 != nil {
 		s.x11.Conn().Close()
 	}
+}
+
+// windowOrigins is the AT-SPI2 adapter's atspi.WindowOrigins: the X11
+// platform adapter's, once it is bound (the AT-SPI2 adapter is made
+// first); until then, and without a display, no origin is known.
+type windowOrigins struct {
+	mu sync.Mutex
+	p  *x11.Platform
+}
+
+func (o *windowOrigins) set(p *x11.Platform) {
+	o.mu.Lock()
+	o.p = p
+	o.mu.Unlock()
+}
+
+func (o *windowOrigins) Origin(pid int, title string) (x, y int, ok bool) {
+	o.mu.Lock()
+	p := o.p
+	o.mu.Unlock()
+	if p == nil {
+		return 0, 0, false
+	}
+	return p.Origin(pid, title)
 }

@@ -141,6 +141,20 @@ func TestDesktop(t *testing.T) {
 			s := strings.Join(sc.ActiveSurfaces, " ")
 			return strings.Contains(s, factory+"/1") && strings.Contains(s, calc+"/1"), s
 		})
+		// One window, one surface id: both apps are accessible, so their
+		// windows are the AT-SPI2 adapter's, not listed again by X11.
+		sc, err := agent.SessionContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range sc.ActiveSurfaces {
+			if strings.HasPrefix(id, "x11:") {
+				t.Errorf("session context lists %s beside the accessible windows: %v", id, sc.ActiveSurfaces)
+			}
+		}
+		if sc.SystemState["display_server"] != "x11" {
+			t.Errorf("session context system_state %v, want display_server x11", sc.SystemState)
+		}
 		det, err := framed.Request(ctx, frame.DetectRequest, &api.DetectRequest{AppID: factory}, new(api.DetectResponse))
 		if err != nil || det != frame.DetectResponse {
 			t.Fatalf("DetectRequest: %v, %v", det, err)

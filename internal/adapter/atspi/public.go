@@ -497,3 +497,20 @@ func (a *Adapter) ReadText(ctx context.Context, elementID string) (string, error
 	s, _ := res["text"].(string)
 	return s, nil
 }
+
+// AccessiblePIDs are the process ids of the applications on the
+// accessibility bus: the platform adapter leaves their windows to this
+// adapter, so that one window has one surface id.
+func (a *Adapter) AccessiblePIDs(ctx context.Context) (map[int]bool, error) {
+	apps, err := a.appList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for _, ap := range apps {
+		if pid, err := ap.processID(ctx); err == nil && pid != 0 {
+			out[int(pid)] = true
+		}
+	}
+	return out, nil
+}

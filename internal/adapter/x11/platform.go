@@ -40,6 +40,12 @@ type Platform struct {
 	// AppOf names the app a window belongs to, for api.Surface's app_id;
 	// nil: the lower-cased WM_CLASS instance. Set it before use.
 	AppOf func(s *Surface) string
+	// Claimed, when set, gives the processes whose windows another
+	// adapter reports (the accessible apps): the session context leaves
+	// their windows out, so that a window has one surface id. Their
+	// windows still answer query.surface and the platform's capabilities
+	// by their x11 ids. Set it before use.
+	Claimed func(ctx context.Context) (map[int]bool, error)
 }
 
 // NewPlatform wraps a connection.
@@ -403,7 +409,11 @@ func (p *Platform) Context(ctx context.Context) (*api.SessionContext, error) {
 		return nil, err
 	}
 	sc := &api.SessionContext{ActiveSurfaces: make([]string, 0, len(all)), SystemState: map[string]any{}}
+	claimed := p.claimed(ctx)
 	for _, s := range all {
+		if claimed[s.PID] {
+			continue
+		}
 		sc.ActiveSurfaces = append(sc.ActiveSurfaces, s.ID())
 		if s.Focused && sc.FocusedSurface == nil {
 			id := s.ID()
@@ -414,6 +424,46 @@ func (p *Platform) Context(ctx context.Context) (*api.SessionContext, error) {
 	sc.SystemState["display_server"] = "x11"
 	sc.SystemState["x11"] = in
 	return sc, nil
+}
+
+// claimed are the pids whose windows another adapter reports
+// (Platform.Claimed), none when unset or failing.
+func (p *Platform) claimed(ctx context.Context) map[int]bool {
+	if p.Claimed == nil {
+		return nil
+	}
+	m, err := p.Claimed(ctx)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// Claims reports whether another adapter reports s's window (its
+// process is accessible), so that s is not listed nor announced twice.
+func (p *Platform) Claims(ctx context.Context, s *Surface) bool {
+	return s.PID != 0 && p.claimed(ctx)[s.PID]
+}
+
+// Origin implements the AT-SPI2 adapter's WindowOrigins: the origin, in
+// root coordinates, of process pid's top-level window titled title (its
+// only window when none has that title).
+func (p *Platform) Origin(pid int, title string) (x, y int, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ws, err := p.c.ByPID(ctx, pid)
+	if err != nil || len(ws) == 0 {
+		return 0, 0, false
+	}
+	for _, w := range ws {
+		if w.Title == title {
+			return w.X, w.Y, true
+		}
+	}
+	if len(ws) == 1 {
+		return ws[0].X, ws[0].Y, true
+	}
+	return 0, 0, false
 }
 
 // Healthy reports whether the display still answers.
