@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
-	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
@@ -41,21 +38,10 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 	if err := d.WaitApps(60*time.Second, "gtk3-widget-factory", "gtk4-widget-factory"); err != nil {
 		t.Fatal(err)
 	}
-	w := newWorld(t)
-	w.env = append(w.env, "DISPLAY="+d.Vars["DISPLAY"], "DBUS_SESSION_BUS_ADDRESS="+d.Vars["DBUS_SESSION_BUS_ADDRESS"])
-	policy := "[apps.\"system.input\".capabilities.click]\ntrust_level = \"auto\"\n[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n"
-	if err := os.WriteFile(filepath.Join(w.config, "pcp", "policy.toml"), []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	w.pcpdArgs = []string{"--atspi-bus", d.Vars["AT_SPI_BUS_ADDRESS"]}
-	w.startPCPD()
+	_, agent := desktopPCPD(t, d, "[apps.\"system.input\".capabilities.click]\ntrust_level = \"auto\"\n"+
+		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	agent, err := client.Dial(ctx, w.socket, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Close()
 
 	for _, appID := range []string{"atspi.gtk3-widget-factory", "atspi.gtk4-widget-factory"} {
 		t.Run(appID, func(t *testing.T) {

@@ -38,25 +38,12 @@ func TestDesktop(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := newWorld(t)
-	w.env = append(w.env, "DISPLAY="+d.Vars["DISPLAY"], "DBUS_SESSION_BUS_ADDRESS="+d.Vars["DBUS_SESSION_BUS_ADDRESS"])
 	// The agent may act in these two apps without asking; everything else
 	// detected through accessibility still needs the user's confirmation.
-	policy := "[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n[apps.\"atspi.gnome-calculator\"]\ntrust_level = \"auto\"\n" +
-		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n"
-	if err := os.WriteFile(filepath.Join(w.config, "pcp", "policy.toml"), []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	w.pcpdArgs = []string{"--atspi-bus", d.Vars["AT_SPI_BUS_ADDRESS"]}
-	w.startPCPD()
-
+	w, agent := desktopPCPD(t, d, "[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n[apps.\"atspi.gnome-calculator\"]\ntrust_level = \"auto\"\n"+
+		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	agent, err := client.Dial(ctx, w.socket, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Close()
 	framed, err := client.DialFramed(ctx, w.socket)
 	if err != nil {
 		t.Fatal(err)
@@ -636,4 +623,25 @@ func (w *world) healthOf(ctx context.Context) (*api.HealthResult, error) {
 	}
 	defer c.Close()
 	return c.Health(ctx)
+}
+
+// desktopPCPD starts pcpd on desktop d with the policy file policy, and
+// an agent's client of it, both ended with the test.
+func desktopPCPD(t *testing.T, d *testkit.Desktop, policy string) (*world, *client.Client) {
+	t.Helper()
+	w := newWorld(t)
+	w.env = append(w.env, "DISPLAY="+d.Vars["DISPLAY"], "DBUS_SESSION_BUS_ADDRESS="+d.Vars["DBUS_SESSION_BUS_ADDRESS"])
+	if err := os.WriteFile(filepath.Join(w.config, "pcp", "policy.toml"), []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.pcpdArgs = []string{"--atspi-bus", d.Vars["AT_SPI_BUS_ADDRESS"]}
+	w.startPCPD()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	agent, err := client.Dial(ctx, w.socket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agent.Close() })
+	return w, agent
 }
