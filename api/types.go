@@ -254,6 +254,11 @@ type InvokeActionParams struct {
 	Action    string          `json:"action"`
 	Value     json.RawMessage `json:"value,omitempty"`
 	SurfaceID string          `json:"surface_id"`
+	// ConfirmationID and WaitMS, PCP's extension, present the user's
+	// decision on a Tier 3 fallback (input at the element's place) that
+	// answered CONFIRMATION_REQUIRED, as invoke.capability's do.
+	ConfirmationID string `json:"confirmation_id,omitempty"`
+	WaitMS         int64  `json:"wait_ms,omitempty"`
 }
 
 // InvokeActionResult is the result of invoke.action.
@@ -643,5 +648,6 @@ type PolicyView struct {
 	Limits             PolicyLimits       `json:"limits"`
 	ConfirmationExpiry Valued             `json:"confirmation_expiry"`
 	Scomp              PolicyScomp        `json:"scomp"` // for Agent's scomp sessions, the global ones without
+	Tier3              Valued             `json:"tier3"` // Tier 3's trust level for apps without a tier3 of their own
 	Capabilities       []PolicyCapability `json:"capabilities"`
 }

@@ -110,6 +110,7 @@ func (e *env) policy(ctx context.Context, control bool, method string, params an
 		{"confirmation_expiry", v.ConfirmationExpiry},
 		{"scomp.eval_timeout", v.Scomp.EvalTimeout},
 		{"scomp.memory_limit_mib", v.Scomp.MemoryLimitMiB},
+		{"tier3", v.Tier3},
 	} {
 		t.row(s.name, policyValue(s.v), orDash(s.v.From))
 	}

@@ -184,6 +184,11 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 		return nil, err
 	}
 	res, err := firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
+	if err != nil {
+		if r, used, ferr := b.tier3Action(ctx, p, err); used {
+			res, err = r, ferr
+		}
+	}
 	rec := audit.Record{Time: start, Kind: api.AuditAction, Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
 		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: api.AuditSuccess,
 		Detail: detailOf(&api.AuditActionDetail{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action})}

@@ -164,6 +164,9 @@ func (b *Broker) resolve(ctx context.Context, inv *invocation) error {
 	case owned:
 		// The user's policy decides the trust level and timeout.
 		c = b.effective(c, p.Source, inv.sess.Agent())
+		if level, ok := overriddenTrust(ctx, c.ID); ok {
+			c.TrustLevel = level // the Tier 3 fallback's (tier3.go)
+		}
 		inv.c = &c
 		t, err := routeOf(&c, provider, builtin, access)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image/png"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
@@ -38,7 +40,7 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 	if err := d.WaitApps(60*time.Second, "gtk3-widget-factory", "gtk4-widget-factory"); err != nil {
 		t.Fatal(err)
 	}
-	_, agent := desktopPCPD(t, d, "[apps.\"system.input\".capabilities.click]\ntrust_level = \"auto\"\n"+
+	w, agent := desktopPCPD(t, d, "[apps.\"system.input\".capabilities.click]\ntrust_level = \"auto\"\n"+
 		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -139,4 +141,63 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("Tier 3: invoke.action on an element with no action of its own", func(t *testing.T) {
+		// GTK 4's check button offers AT-SPI2 no action: invoke.action
+		// falls back to a click at its place on the screen, after the
+		// user approves (Tier 3 is confirm unless the policy says
+		// otherwise), audited with route platform.
+		sid := "atspi.gtk4-widget-factory/1"
+		res, err := agent.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: sid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var target *api.Element
+		var walk func(e *api.Element)
+		walk = func(e *api.Element) {
+			if target == nil && e.Role == "check box" && e.Label == "checkbutton" && len(e.Actions) == 0 && e.Bounds != nil &&
+				slices.Contains(e.States, "sensitive") && !slices.Contains(e.States, "indeterminate") {
+				target = e
+			}
+			for i := range e.Children {
+				walk(&e.Children[i])
+			}
+		}
+		walk(&res.Root)
+		if target == nil {
+			t.Fatal("no sensitive check button without actions in gtk4-widget-factory")
+		}
+		p := &api.InvokeActionParams{SurfaceID: sid, ElementID: target.ID, Action: "click"}
+		_, err = agent.InvokeAction(ctx, p)
+		var pe *api.Error
+		if !errors.As(err, &pe) || pe.Code != api.CodeConfirmationRequired || pe.DataMap()["capability_id"] != "system.input.click" {
+			t.Fatalf("invoke.action click without an AT-SPI2 action: %v, want CONFIRMATION_REQUIRED for system.input.click", err)
+		}
+		id, _ := pe.DataMap()["confirmation_id"].(string)
+		user, err := client.Dial(ctx, w.control, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer user.Close()
+		if err := user.Call(ctx, api.MethodConfirmApprove, &api.ConfirmDecisionParams{ConfirmationID: id}, nil); err != nil {
+			t.Fatal(err)
+		}
+		p.ConfirmationID = id
+		out, err := agent.InvokeAction(ctx, p)
+		if err != nil || !out.Executed || !strings.Contains(string(out.Result), `"route":"platform"`) {
+			t.Fatalf("invoke.action with the approval: %+v, %v", out, err)
+		}
+		var tail api.AuditTailResult
+		w.pcpctlJSON(&tail, "audit", "tail", "-n", "10")
+		found := false
+		for _, e := range tail.Entries {
+			var detail struct{ Route string }
+			json.Unmarshal(e.Detail, &detail)
+			found = found || e.Kind == "invoke" && e.CapabilityID == "system.input.click" && detail.Route == "platform" && e.Outcome == "success"
+		}
+		if !found {
+			t.Fatalf("no audit entry of system.input.click with route platform: %+v", tail.Entries)
+		}
+	})
+
 }

@@ -20,9 +20,11 @@
 //	rate_per_app_burst = 100          # integer >= 0; 0 lets the daemon choose
 //	rate_per_connection = 500.0       # number >= 0, invocations and actions/s per connection; 0 = no limit
 //	rate_per_connection_burst = 1000  # integer >= 0; 0 lets the daemon choose
+//	tier3 = "confirm"                 # Tier 3 for every app: "auto", "confirm" or "deny"; built-in confirm
 //
 //	[apps."<app id>"]
 //	trust_level = "confirm"           # "auto", "confirm" or "deny"
+//	tier3 = "auto"                    # input simulated at this app's elements (see Tier 3)
 //	timeout = "10s"                   # duration, 100ms..1h
 //
 //	[apps."<app id>".capabilities.<capability name>]
@@ -101,6 +103,15 @@
 // keys are independent: an agent table that sets only one inherits the
 // other. A session that is no contained agent's uses scomp and the
 // defaults.
+//
+// # Tier 3
+//
+// When an element's accessibility gives it no action (invoke.action
+// answers ACTION_NOT_SUPPORTED from the adapter) the daemon may click at
+// the element's place on the screen through the platform adapter
+// (system.input.click and its kin). Tier3 decides under which trust
+// level: apps."a".tier3, else defaults.tier3, else confirm. "deny" keeps
+// the adapter's refusal.
 //
 // # Provenance
 //

@@ -65,10 +65,12 @@ type defaultsDoc struct {
 	RatePerAppBurst        burstSetting   `toml:"rate_per_app_burst"`
 	RatePerConnection      rateSetting    `toml:"rate_per_connection"`
 	RatePerConnectionBurst burstSetting   `toml:"rate_per_connection_burst"`
+	Tier3                  trustSetting   `toml:"tier3"`
 }
 
 type appDoc struct {
 	TrustLevel   trustSetting             `toml:"trust_level"`
+	Tier3        trustSetting             `toml:"tier3"`
 	Timeout      timeoutSetting           `toml:"timeout"`
 	Capabilities map[string]capabilityDoc `toml:"capabilities"`
 }
@@ -90,11 +92,12 @@ type schema map[string]*schema
 var (
 	leaf         *schema // nil: the key holds a value
 	capabilityKS = schema{"trust_level": leaf, "timeout": leaf}
-	appKS        = schema{"trust_level": leaf, "timeout": leaf, "capabilities": &schema{"*": &capabilityKS}}
+	appKS        = schema{"trust_level": leaf, "tier3": leaf, "timeout": leaf, "capabilities": &schema{"*": &capabilityKS}}
 	defaultsKS   = schema{
 		"confirmation_expiry": leaf, "timeout": leaf,
 		"rate_per_app": leaf, "rate_per_app_burst": leaf,
 		"rate_per_connection": leaf, "rate_per_connection_burst": leaf,
+		"tier3": leaf,
 	}
 	rootKS = schema{
 		"defaults": &defaultsKS,

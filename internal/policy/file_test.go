@@ -17,7 +17,7 @@ func TestParseErrors(t *testing.T) {
 		wantMsg  string // substring of the message
 	}{
 		{"unknown app key", "[apps.\"org.pcp.notes\"]\ntrust_lvl = \"deny\"\n",
-			`apps."org.pcp.notes".trust_lvl`, 2, "unknown key, want one of capabilities, timeout, trust_level"},
+			`apps."org.pcp.notes".trust_lvl`, 2, "unknown key, want one of capabilities, tier3, timeout, trust_level"},
 		{"key in the wrong case", "[apps.a]\nTrust_Level = \"deny\"\n",
 			"apps.a.Trust_Level", 2, "case-sensitive"},
 		{"unknown table", "\n[default]\ntimeout = \"1s\"\n",
@@ -175,9 +175,9 @@ y = 2
 	if err == nil {
 		t.Fatal("Parse succeeded, want an error")
 	}
-	want := `pcp: policy policy.toml:2: defaults.timout: unknown key, want one of confirmation_expiry, rate_per_app, rate_per_app_burst, rate_per_connection, rate_per_connection_burst, timeout (keys are case-sensitive)
-pcp: policy policy.toml:4: apps.a.trust_lvl: unknown key, want one of capabilities, timeout, trust_level (keys are case-sensitive)
-pcp: policy policy.toml:5: apps.a.trust_lvl2: unknown key, want one of capabilities, timeout, trust_level (keys are case-sensitive)
+	want := `pcp: policy policy.toml:2: defaults.timout: unknown key, want one of confirmation_expiry, rate_per_app, rate_per_app_burst, rate_per_connection, rate_per_connection_burst, tier3, timeout (keys are case-sensitive)
+pcp: policy policy.toml:4: apps.a.trust_lvl: unknown key, want one of capabilities, tier3, timeout, trust_level (keys are case-sensitive)
+pcp: policy policy.toml:5: apps.a.trust_lvl2: unknown key, want one of capabilities, tier3, timeout, trust_level (keys are case-sensitive)
 pcp: policy policy.toml:6: apps.a.capabilities.c.extra: unknown key, want one of timeout, trust_level (keys are case-sensitive)`
 	if got := err.Error(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)

@@ -35,6 +35,7 @@ type View struct {
 	Limits             Limits                `json:"limits"`
 	ConfirmationExpiry Valued[time.Duration] `json:"confirmation_expiry"`
 	Scomp              ScompLimits           `json:"scomp"` // for Agent's scomp sessions
+	Tier3              Valued[string]        `json:"tier3"` // for apps without a tier3 of their own
 	Capabilities       []CapabilityView      `json:"capabilities"`
 }
 
@@ -54,6 +55,7 @@ func (p *Policy) ViewFor(caps []CapabilityInput, source, agent string) View {
 		Limits:             p.Limits(),
 		ConfirmationExpiry: p.ConfirmationExpiry(),
 		Scomp:              p.Scomp(agent),
+		Tier3:              p.Tier3(""),
 		Capabilities:       make([]CapabilityView, 0, len(caps)),
 	}
 	for _, c := range caps {

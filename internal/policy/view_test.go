@@ -30,6 +30,7 @@ func TestView(t *testing.T) {
 		},
 		ConfirmationExpiry: dur(2*time.Minute, FromBuiltin),
 		Scomp:              ScompLimits{dur(30*time.Second, FromBuiltin), mib(64, FromBuiltin)},
+		Tier3:              lvl("confirm", FromBuiltin),
 		Capabilities: []CapabilityView{
 			{"org.pcp.notes/delete", "org.pcp.notes", "delete", "confirm", lvl("deny", fromDelete), dur(2*time.Second, fromDelete)},
 			{"org.pcp.notes/edit", "org.pcp.notes", "edit", "confirm", lvl("confirm", fromSI), dur(10*time.Second, fromNotes)},
@@ -83,6 +84,10 @@ func TestViewDefaultJSON(t *testing.T) {
       "value": 64,
       "from": "built-in default"
     }
+  },
+  "tier3": {
+    "value": "confirm",
+    "from": "built-in default"
   },
   "capabilities": []
 }`
