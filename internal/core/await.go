@@ -23,7 +23,20 @@ import (
 // the wait begins. Faces that hold a caller for the user (MCP's tool
 // calls, scomp's evals) share it.
 func (b *Broker) InvokeAwaitingDecision(ctx context.Context, p *api.InvokeCapabilityParams, wait time.Duration, pending func(*api.Error)) (*api.CapabilityResult, error) {
-	res, err := b.InvokeCapability(ctx, p)
+	return awaitDecision(ctx, wait, pending, func(id string, waitMS int64) (*api.CapabilityResult, error) {
+		q := *p
+		if id != "" {
+			q.ConfirmationID, q.WaitMS = id, waitMS
+		}
+		return b.InvokeCapability(ctx, &q)
+	})
+}
+
+// awaitDecision calls call("", 0) and, while it answers
+// CONFIRMATION_REQUIRED, calls it again with the confirmation's id and
+// the wait left (InvokeAwaitingDecision).
+func awaitDecision[R any](ctx context.Context, wait time.Duration, pending func(*api.Error), call func(id string, waitMS int64) (R, error)) (R, error) {
+	res, err := call("", 0)
 	id, required := PendingConfirmation(err)
 	if !required {
 		return res, err
@@ -36,13 +49,11 @@ func (b *Broker) InvokeAwaitingDecision(ctx context.Context, p *api.InvokeCapabi
 		left := time.Until(until)
 		if left <= 0 || ctx.Err() != nil {
 			e := api.AsError(err)
-			return nil, api.Errorf(api.CodeConfirmationRequired, e.Data,
+			var zero R
+			return zero, api.Errorf(api.CodeConfirmationRequired, e.Data,
 				"the user has not decided %s within %v; it is still pending: call again to keep waiting", id, wait)
 		}
-		q := *p
-		q.ConfirmationID = id
-		q.WaitMS = min(left.Milliseconds()+1, api.MaxConfirmationWaitMS)
-		res, err = b.InvokeCapability(ctx, &q)
+		res, err = call(id, min(left.Milliseconds()+1, api.MaxConfirmationWaitMS))
 		again, ok := PendingConfirmation(err)
 		if !ok || again != id {
 			return res, err
@@ -73,7 +84,7 @@ func (b *Broker) Act(ctx context.Context, p *api.ActParams, wait time.Duration, 
 	case p.ElementID != "" && p.Target != nil:
 		return nil, api.InvalidParam("target", "give element_id or target, not both")
 	case p.ElementID != "":
-		return b.InvokeAction(ctx, &api.InvokeActionParams{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action, Value: p.Value})
+		return b.invokeActionAwaiting(ctx, &api.InvokeActionParams{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action, Value: p.Value}, wait, pending)
 	case p.Target == nil:
 		return nil, api.MissingParam("element_id")
 	case p.Action == "":
@@ -93,4 +104,16 @@ func (b *Broker) Act(ctx context.Context, p *api.ActParams, wait time.Duration, 
 	}
 	return b.InvokeAwaitingDecision(ctx, &api.InvokeCapabilityParams{CapabilityID: api.CapabilityID(appID, p.Action), AppID: appID,
 		Source: api.SourceSystemIntelligence, Params: raw}, wait, pending)
+}
+
+// invokeActionAwaiting is InvokeAction waiting out a confirmation (the
+// Tier 3 fallback's) as InvokeAwaitingDecision does.
+func (b *Broker) invokeActionAwaiting(ctx context.Context, p *api.InvokeActionParams, wait time.Duration, pending func(*api.Error)) (*api.InvokeActionResult, error) {
+	return awaitDecision(ctx, wait, pending, func(id string, waitMS int64) (*api.InvokeActionResult, error) {
+		q := *p
+		if id != "" {
+			q.ConfirmationID, q.WaitMS = id, waitMS
+		}
+		return b.InvokeAction(ctx, &q)
+	})
 }
