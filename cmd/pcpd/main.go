@@ -66,7 +66,24 @@ func main() {
 	fs.IntVar(&cfg.Limits.ControlReserve, "control-reserve", daemon.DefaultControlReserve, "of --max-connections, how many only the control socket may use (at most a quarter)")
 	fs.IntVar(&cfg.Limits.UnauthenticatedTCP, "max-unauthenticated-tcp", daemon.DefaultUnauthenticatedTCP, "TCP connections open at once that have not authenticated")
 	shutdownTimeout := fs.Duration("shutdown-timeout", daemon.DefaultShutdownTimeout, "on SIGINT or SIGTERM, how long requests in flight may take to finish before their connections are closed")
+	showVersion := fs.Bool("version", false, "print pcpd's version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `pcpd is PCP's per-session daemon: it brokers capabilities between desktop
+applications and an AI agent. Apps serve their capabilities (Tier 1), or
+are reached through the accessibility tree (Tier 2) or input and capture
+(Tier 3); the agent discovers and invokes on the agent socket, the user
+approves, undoes and audits on the control socket (pcpctl).
+
+Usage: pcpd [flags]
+
+`)
+		fs.PrintDefaults()
+	}
 	fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println("pcpd", core.Version)
+		return
+	}
 
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {

@@ -95,7 +95,9 @@ reloads the policy, checks health, reads and verifies the audit log, and
 signs and verifies capability manifests.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("pcpctl {{.Version}}\n")
 	e.root = root
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	pf := root.PersistentFlags()

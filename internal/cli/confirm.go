@@ -66,16 +66,44 @@ sees every confirmation and decides them.`,
 
 // confirmDecideCommand is `confirm approve` or `confirm deny`.
 func (e *env) confirmDecideCommand(verb, method, short string, decide func(*client.Client, context.Context, string, string) (*api.ConfirmDecisionResult, error)) *cobra.Command {
-	var reason string
+	var (
+		reason string
+		last   bool
+	)
 	cmd := &cobra.Command{
-		Use:   verb + " ID [--reason TEXT]",
+		Use:   verb + " ID|--last [--reason TEXT]",
 		Short: fmt.Sprintf("%s (%s, over the control socket)", short, method),
-		Args:  cobra.ExactArgs(1),
+		Long: fmt.Sprintf(`%s: the one whose id pcpctl confirm list (or the agent's
+CONFIRMATION_REQUIRED, or the desktop notification) shows, or with --last
+the newest one still pending.`, short),
+		Args: cobra.MaximumNArgs(1),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log and the agent")
+	cmd.Flags().BoolVar(&last, "last", false, "the newest pending confirmation")
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+		newest := ""
+		if (len(args) == 1) == last {
+			return usagef("give a confirmation id or --last")
+		}
 		res, err := once(ctx, e, true, method, func(ctx context.Context, cl *client.Client) (*api.ConfirmDecisionResult, error) {
-			return decide(cl, ctx, args[0], reason)
+			id := ""
+			if last {
+				list, err := cl.ConfirmList(ctx)
+				if err != nil {
+					return nil, err
+				}
+				for _, c := range list.Confirmations {
+					if c.State == api.ConfirmPending && (id == "" || compareStamps(c.CreatedAt, newest) > 0) {
+						id, newest = c.ConfirmationID, c.CreatedAt
+					}
+				}
+				if id == "" {
+					return nil, usagef("no confirmation is pending")
+				}
+			} else {
+				id = args[0]
+			}
+			return decide(cl, ctx, id, reason)
 		})
 		if err != nil {
 			return err

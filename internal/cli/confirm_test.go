@@ -133,9 +133,16 @@ func TestConfirmations(t *testing.T) {
 	if got, want := apiCode(t, err), api.CodePermissionDenied; got != want {
 		t.Errorf("confirm approve over the agent socket: got %v, want %v", got, want)
 	}
-	out = d.mustRun(t, "confirm", "approve", pending)
+	// --last is the newest pending one: here the only one.
+	out = d.mustRun(t, "confirm", "approve", "--last")
 	if want := "approved " + pending + ": org.example.mail.ping"; !strings.HasPrefix(out, want) {
-		t.Errorf("confirm approve: got %q, want it to start with %q", out, want)
+		t.Errorf("confirm approve --last: got %q, want it to start with %q", out, want)
+	}
+	if _, _, err := d.run(t, "confirm", "deny", "--last"); err == nil || !strings.Contains(err.Error(), "no confirmation is pending") {
+		t.Errorf("confirm deny --last with none pending: %v", err)
+	}
+	if _, _, err := d.run(t, "confirm", "approve", pending, "--last"); err == nil {
+		t.Error("confirm approve with an id and --last succeeded")
 	}
 	_, _, err = d.run(t, "confirm", "approve", pending)
 	if got, want := apiCode(t, err), api.CodeInvalidParams; got != want {
@@ -212,9 +219,12 @@ func TestJobs(t *testing.T) {
 	if got, want := apiCode(t, err), api.CodePermissionDenied; got != want {
 		t.Errorf("jobs undo over the agent socket: got %v, want %v", got, want)
 	}
-	out = d.mustRun(t, "jobs", "undo", deferred.JobID)
+	out = d.mustRun(t, "jobs", "undo", "--last")
 	if want := "undone " + deferred.JobID + ": org.example.later.ping"; !strings.HasPrefix(out, want) {
-		t.Errorf("jobs undo: got %q, want it to start with %q", out, want)
+		t.Errorf("jobs undo --last: got %q, want it to start with %q", out, want)
+	}
+	if _, _, err := d.run(t, "jobs", "undo", "--last"); err == nil || !strings.Contains(err.Error(), "no job is queued") {
+		t.Errorf("jobs undo --last with none queued: %v", err)
 	}
 	decode(t, d.mustRun(t, "--json", "jobs", "list"), &list)
 	if len(list.Jobs) != 1 || list.Jobs[0].State != api.JobUndone {

@@ -54,30 +54,49 @@ waits out the window and then runs, unless the user undoes it first.`,
 		RunE:  list,
 	}
 	listCmd.Flags().IntVarP(&n, "lines", "n", 20, nUsage)
-	cmd.AddCommand(
-		listCmd,
-		&cobra.Command{
-			Use:   "undo ID",
-			Short: "Undo a queued job before it runs (jobs.undo, over the control socket)",
-			Long: `Undo a queued job before its undo window closes, so that it never runs. Only
-the user may do this, so the request goes over the control socket
-(--control-socket).`,
-			Args: cobra.ExactArgs(1),
-			RunE: e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
-				res, err := once(ctx, e, true, api.MethodJobsUndo, func(ctx context.Context, cl *client.Client) (*api.JobsUndoResult, error) {
+	var last bool
+	undoCmd := &cobra.Command{
+		Use:   "undo ID|--last",
+		Short: "Undo a queued job before it runs (jobs.undo, over the control socket)",
+		Long: `Undo a queued job before its undo window closes, so that it never runs; with
+--last, the newest job still queued. Only the user may do this, so the
+request goes over the control socket (--control-socket).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
+			if (len(args) == 1) == last {
+				return usagef("give a job id or --last")
+			}
+			res, err := once(ctx, e, true, api.MethodJobsUndo, func(ctx context.Context, cl *client.Client) (*api.JobsUndoResult, error) {
+				if !last {
 					return cl.JobsUndo(ctx, args[0])
-				})
+				}
+				list, err := cl.JobsList(ctx, 1000)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				if e.json {
-					return printJSON(e.stdout, res)
+				id, newest := "", ""
+				for _, j := range list.Jobs {
+					if j.State == api.JobQueued && (id == "" || compareStamps(j.CreatedAt, newest) > 0) {
+						id, newest = j.JobID, j.CreatedAt
+					}
 				}
-				_, err = fmt.Fprintln(e.stdout, jobLine(res.Job))
+				if id == "" {
+					return nil, usagef("no job is queued")
+				}
+				return cl.JobsUndo(ctx, id)
+			})
+			if err != nil {
 				return err
-			}),
-		},
-	)
+			}
+			if e.json {
+				return printJSON(e.stdout, res)
+			}
+			_, err = fmt.Fprintln(e.stdout, jobLine(res.Job))
+			return err
+		}),
+	}
+	undoCmd.Flags().BoolVar(&last, "last", false, "the newest queued job")
+	cmd.AddCommand(listCmd, undoCmd)
 	return cmd
 }
 

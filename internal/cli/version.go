@@ -8,12 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 )
 
 // Version is pcpctl's version. Release builds set it with
 // -ldflags "-X github.com/pcp-dev/pcp/internal/cli.Version=v1.2.3";
-// otherwise it comes from the module's build information.
+// otherwise it comes from the module's build information, else it is
+// the version of the tree it was built from, pcpd's (api.Version).
 var Version = ""
 
 // versionProbeTimeout bounds how long `version` waits for the daemon.
@@ -26,13 +28,13 @@ func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}
-	return "devel"
+	return api.Version
 }
 
 func (e *env) versionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print pcpctl's version and, if it is reachable, pcpd's",
+		Short: "Print pcpctl's version and pcpd's; fails when pcpd is not reachable",
 		Args:  cobra.NoArgs,
 		RunE: e.run(func(ctx context.Context, _ *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(ctx, versionProbeTimeout)
@@ -60,8 +62,7 @@ func (e *env) versionCommand() *cobra.Command {
 				return err
 			}
 			if derr != nil {
-				_, err := fmt.Fprintf(e.stdout, "pcpd: not reachable: %v\n", derr)
-				return err
+				return fmt.Errorf("pcpd: not reachable: %w", derr)
 			}
 			_, err := fmt.Fprintf(e.stdout, "pcpd %s\n", clean(daemon))
 			return err

@@ -56,7 +56,7 @@ import (
 )
 
 // Version is the daemon's version, reported by health.check.
-const Version = "0.1.0"
+const Version = api.Version
 
 // DefaultTimeout bounds one execution unless the manifest says otherwise.
 const DefaultTimeout = 30 * time.Second
