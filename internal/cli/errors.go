@@ -65,7 +65,17 @@ func FormatError(err error) string {
 		b.WriteString(data)
 		b.WriteByte('\n')
 	}
+	if h := nextSteps[pe.Code]; h != "" {
+		b.WriteString("next: " + h + "\n")
+	}
 	return b.String()
+}
+
+// nextSteps say what to do about the errors a person meets first.
+var nextSteps = map[api.Code]string{
+	api.CodeConfirmationRequired: "the user decides with pcpctl confirm approve --last (or deny --last); pcpctl invoke --wait asks and waits for the decision",
+	api.CodeSurfaceNotFound:      "pcpctl context lists the surfaces pcpd sees (none without a desktop; pcpctl health lists the adapters)",
+	api.CodeAppNotFound:          "pcpctl apps lists the apps pcpd knows; pcpctl caps their capabilities",
 }
 
 // compactData encodes an error's data as one line of JSON; "" when there

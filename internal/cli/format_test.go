@@ -119,6 +119,8 @@ func TestFormatError(t *testing.T) {
 		{"wrapped api error", fmt.Errorf("m.json: %w", &api.Error{Code: api.CodeManifestInvalid, Message: "manifest: expected object"}),
 			"pcpctl: MANIFEST_INVALID: m.json: manifest: expected object\n"},
 		{"unknown code", &api.Error{Code: -32050, Message: "odd"}, "pcpctl: ERROR_-32050: odd\n"},
+		{"with the next step", &api.Error{Code: api.CodeSurfaceNotFound, Message: "surface x/1 does not exist"},
+			"pcpctl: SURFACE_NOT_FOUND: surface x/1 does not exist\nnext: pcpctl context lists the surfaces pcpd sees (none without a desktop; pcpctl health lists the adapters)\n"},
 	}
 	for _, tt := range tests {
 		if diff := cmp.Diff(tt.want, FormatError(tt.err)); diff != "" {

@@ -83,12 +83,12 @@ func (e *env) elementsCommand() *cobra.Command {
 		Short: "Print a surface's semantic element tree (query.elements)",
 		Long: `Print a surface's semantic element tree, one element a line, children
 indented under their parent. --svg FILE also draws the elements' bounds as
-a wireframe picture (self-contained SVG; "-" writes it to standard output
-instead of the tree).`,
+a wireframe picture (self-contained SVG) into FILE instead of printing the
+tree ("-" writes it to standard output).`,
 		Args: cobra.ExactArgs(1),
 	}
 	cmd.Flags().StringVar(&focus, "focus", "", "only the subtree of this element")
-	cmd.Flags().StringVar(&svg, "svg", "", "also draw the element bounds as an SVG wireframe into this file (- for standard output)")
+	cmd.Flags().StringVar(&svg, "svg", "", "draw the element bounds as an SVG wireframe into this file instead of printing the tree (- for standard output)")
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		res, err := once(ctx, e, false, api.MethodQueryElements, func(ctx context.Context, cl *client.Client) (*api.QueryElementsResult, error) {
 			return cl.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: args[0], FocusID: focus})
@@ -104,6 +104,10 @@ instead of the tree).`,
 			if err := os.WriteFile(svg, wireframe.SVG(&res.Root), 0o644); err != nil {
 				return err
 			}
+			if !e.json {
+				_, err := fmt.Fprintf(e.stdout, "%s: the wireframe of %s, %d elements\n", clean(svg), clean(args[0]), countElements(&res.Root))
+				return err
+			}
 		}
 		if e.json {
 			return printJSON(e.stdout, res)
@@ -111,6 +115,15 @@ instead of the tree).`,
 		return printElement(e.stdout, &res.Root, 0)
 	})
 	return cmd
+}
+
+// countElements counts el and its descendants.
+func countElements(el *api.Element) int {
+	n := 1
+	for i := range el.Children {
+		n += countElements(&el.Children[i])
+	}
+	return n
 }
 
 // printElement writes one element per line, children indented under their
