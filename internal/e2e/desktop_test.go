@@ -169,10 +169,13 @@ func TestDesktop(t *testing.T) {
 			t.Fatalf("query.elements root = %s with %d children", tree.Root.Role, len(tree.Root.Children))
 		}
 		// pcpctl prints it readably and draws it.
-		svg := filepath.Join(w.dir, "factory.svg")
-		r := w.mustPCPCTL("elements", factory+"/1", "--svg", svg)
+		r := w.mustPCPCTL("elements", factory+"/1")
 		if !strings.HasPrefix(r.stdout, "frame") || !strings.Contains(r.stdout, "  push button \"") {
 			t.Errorf("pcpctl elements output lacks the frame or buttons:\n%.2000s", r.stdout)
+		}
+		svg := filepath.Join(w.dir, "factory.svg")
+		if r := w.mustPCPCTL("elements", factory+"/1", "--svg", svg); !strings.HasPrefix(r.stdout, svg+": the wireframe of "+factory+"/1, ") {
+			t.Errorf("pcpctl elements --svg printed %q, want what it wrote", r.stdout)
 		}
 		b, err := os.ReadFile(svg)
 		if err != nil {
