@@ -280,8 +280,12 @@ func (d *doctor) checkTrustDir() check {
 	c := check{Name: "trust dir"}
 	dir := d.trustDir
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return fail(c, dir+" does not exist: no signed app can register",
-			"mkdir -p -m 700 "+dir+" and copy each publisher's key into it as NAME.pem (pcpctl manifest keygen makes one)")
+		const fix = " and copy each publisher's key into it as NAME.pem (pcpctl manifest keygen makes one)"
+		if d.health != nil && d.health.AllowUnsigned {
+			// A development daemon: unsigned apps still register.
+			return warn(c, dir+" does not exist: only unsigned apps register (pcpd --allow-unsigned)", "mkdir -p -m 700 "+dir+fix)
+		}
+		return fail(c, dir+" does not exist: no signed app can register", "mkdir -p -m 700 "+dir+fix)
 	}
 	ts, errs := manifest.LoadTrustDir(dir)
 	if len(errs) > 0 {

@@ -201,6 +201,15 @@ func TestDoctorDaemonState(t *testing.T) {
 	wantStatus(t, checks, "audit chain", "ok", "")
 	wantStatus(t, checks, "trust dir", "warn", "NAME.pem")
 
+	// A development daemon takes unsigned apps: a missing trust dir is
+	// then a warning.
+	dev := startDaemon(t, func(c *daemon.Config) { c.AllowUnsigned = true })
+	if err := os.Remove(dev.trustDir); err != nil {
+		t.Fatal(err)
+	}
+	devChecks, _, _ := dev.doctor(t)
+	wantStatus(t, devChecks, "trust dir", "warn", "mkdir -p -m 700 "+dev.trustDir)
+
 	if err := os.Chmod(d.stateDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
