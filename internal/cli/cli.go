@@ -128,6 +128,7 @@ signs and verifies capability manifests.`,
 		e.agentCommand(),
 		e.mcpCommand(),
 		e.scompCommand(),
+		e.doctorCommand(),
 		e.versionCommand(),
 	)
 	return root
