@@ -104,6 +104,11 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 				return out
 			}
 			pixels := crop()
+			sub, err := agent.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventElementStateChanged}, SurfaceID: sid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer agent.Unsubscribe(ctx, sub.SubscriptionID)
 			res, err := agent.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: "system.input.click", AppID: "system.input",
 				Source: api.SourceSystemIntelligence, Params: json.RawMessage(fmt.Sprintf(`{"x":%d,"y":%d}`, x, y))})
 			if err != nil || res.Status != api.StatusSuccess {
@@ -112,6 +117,8 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 			// The pixels inside the bounds change: the pointer landed on the
 			// element the bounds name, which redrew (hovered, toggled).
 			deadline := time.Now().Add(10 * time.Second)
+			// The screen's pixels send no notice when they change: they are
+			// captured again until they do.
 			for bytes.Equal(crop(), pixels) {
 				if time.Now().After(deadline) {
 					t.Fatalf("a click at %d,%d changed no pixel inside %q's bounds", x, y, target.Label)
@@ -124,6 +131,8 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 				// the pixels are the check.
 				return
 			}
+			// The state change arrives as an element.state_changed event of
+			// the surface (subscribed before the click).
 			for {
 				var now []string
 				for _, e := range checks() {
@@ -134,10 +143,11 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 				if slices.Contains(now, "checked") != was {
 					return
 				}
-				if time.Now().After(deadline) {
+				select {
+				case <-agent.Notifications():
+				case <-time.After(time.Until(deadline)):
 					t.Fatalf("a click at the centre of %q's bounds %+v (%d,%d) did not toggle it: states %s", target.Label, *b, x, y, strings.Join(now, " "))
 				}
-				time.Sleep(50 * time.Millisecond)
 			}
 		})
 	}

@@ -442,6 +442,16 @@ func (c *Conn) restoreKeymapLocked() {
 		delete(c.remapped, kc)
 	}
 	c.sync()
+	close(c.restored)
+	c.restored = make(chan struct{})
+}
+
+// keymapRestored returns whether no keycode is remapped now, and else
+// the channel closed when they are put back.
+func (c *Conn) keymapRestored() (bool, <-chan struct{}) {
+	c.inputMu.Lock()
+	defer c.inputMu.Unlock()
+	return len(c.remapped) == 0, c.restored
 }
 
 // clientMessage sends a 32-bit client message about window w to the root,

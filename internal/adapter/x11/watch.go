@@ -182,7 +182,7 @@ func (c *Conn) rescan(destroyed map[xproto.Window]bool) {
 			if old.Title != s.Title {
 				evs = append(evs, Event{Type: EventTitleChanged, Surface: s, Previous: old.Title})
 			}
-			if old.Minimized != s.Minimized || old.Maximized != s.Maximized || old.Fullscreen != s.Fullscreen {
+			if old.Minimized != s.Minimized || old.Maximized != s.Maximized || old.Fullscreen != s.Fullscreen || old.Mapped != s.Mapped {
 				evs = append(evs, Event{Type: EventStateChanged, Surface: s, Previous: old.State})
 			}
 		}

@@ -61,6 +61,9 @@ type Conn struct {
 	// typing, and restore the timer that puts them back; inputMu.
 	remapped map[byte]uint32
 	restore  *time.Timer
+	// restored is closed, and replaced, each time the remapped keycodes
+	// are put back; inputMu.
+	restored chan struct{}
 
 	captureMu sync.Mutex
 	seg       shmSeg // captureMu
@@ -103,7 +106,7 @@ func Open(display string, log *slog.Logger) (*Conn, error) {
 	scr := setup.DefaultScreen(xc)
 	c := &Conn{xc: xc, display: display, root: scr.Root, width: int(scr.WidthInPixels), height: int(scr.HeightInPixels),
 		depth: scr.RootDepth, atoms: map[string]xproto.Atom{}, log: log, subs: map[int]chan Event{},
-		known: map[xproto.Window]*Surface{}, watched: map[xproto.Window]bool{}, remapped: map[byte]uint32{}, done: make(chan struct{}),
+		known: map[xproto.Window]*Surface{}, watched: map[xproto.Window]bool{}, remapped: map[byte]uint32{}, restored: make(chan struct{}), done: make(chan struct{}),
 		kick: make(chan struct{}, 1), pendDestroyed: map[xproto.Window]bool{}, evDone: make(chan struct{})}
 	cookies := make([]xproto.InternAtomCookie, len(atomNames))
 	for i, n := range atomNames {

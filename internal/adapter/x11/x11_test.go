@@ -46,13 +46,9 @@ func waitClasses(display string, classes ...string) error {
 		return err
 	}
 	defer c.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		all, err := c.Surfaces(context.Background())
-		if err != nil {
-			return err
-		}
-		n := 0
+	n := 0
+	err = waitSurfaces(c, 60*time.Second, func(all []*Surface) bool {
+		n = 0
 		for _, want := range classes {
 			for _, s := range all {
 				if s.Class == want && s.Mapped {
@@ -61,13 +57,36 @@ func waitClasses(display string, classes ...string) error {
 				}
 			}
 		}
-		if n == len(classes) {
+		return n == len(classes)
+	})
+	if err != nil {
+		return fmt.Errorf("windows of %v not all mapped: %d of them: %w", classes, n, err)
+	}
+	return nil
+}
+
+// waitSurfaces calls done with the display's surfaces now and after each
+// change Watch reports, until it returns true or timeout passes.
+func waitSurfaces(c *Conn, timeout time.Duration, done func([]*Surface) bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	events := c.Watch(ctx) // before the first look: no change is missed
+	for {
+		all, err := c.Surfaces(ctx)
+		if err != nil {
+			return err
+		}
+		if done(all) {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("windows of %v not all mapped after 60s: %d of them", classes, n)
+		select {
+		case _, ok := <-events:
+			if !ok {
+				return ctx.Err()
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("not within %v", timeout)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -254,18 +273,15 @@ func TestTypeUnicode(t *testing.T) {
 		t.Errorf("typed: got %q, want %q", got, text)
 	}
 	// The spare keycodes go back to empty.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c.inputMu.Lock()
-		n := len(c.remapped)
-		c.inputMu.Unlock()
-		if n == 0 {
-			break
+	if empty, restored := c.keymapRestored(); !empty {
+		select {
+		case <-restored:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the remapped keycodes were not put back within 5s")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keycodes still remapped after 5s", n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	if empty, _ := c.keymapRestored(); !empty {
+		t.Fatal("keycodes still remapped after the keymap was restored")
 	}
 	c2 := open(t)
 	for kc := range c2.km.syms {
@@ -302,22 +318,20 @@ func TestKeyChord(t *testing.T) {
 
 func findClass(t *testing.T, c *Conn, class string) *Surface {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		all, err := c.Surfaces(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+	var found *Surface
+	err := waitSurfaces(c, 20*time.Second, func(all []*Surface) bool {
 		for _, s := range all {
 			if s.Class == class && s.Mapped {
-				return s
+				found = s
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s window after 20s", class)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no mapped %s window: %v", class, err)
 	}
+	return found
 }
 
 // variance is the variance of the image's luma.
