@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/pcp-dev/pcp/api"
 )
 
@@ -136,6 +138,12 @@ func waitEvent(ctx context.Context, c *call, p *eventsArgs) (any, error) {
 		c.s.b.Unsubscribe(ctx, &api.UnsubscribeEventsParams{SubscriptionID: sub.SubscriptionID})
 		c.cl.sink.forget(sub.SubscriptionID)
 	}()
+	// A client that gave a progress token learns that the wait is armed:
+	// events published from now on are seen.
+	if token := c.req.Params.GetProgressToken(); token != nil && c.req.Session != nil {
+		c.req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: 0,
+			Message: "waiting for the next matching event"})
+	}
 	t := time.NewTimer(time.Duration(p.WaitMS) * time.Millisecond)
 	defer t.Stop()
 	select {

@@ -19,7 +19,14 @@ func TestEventsWait(t *testing.T) {
 	face := New(b, Options{})
 	defer face.Close()
 	c := serveFace(t, face)
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(), &sdk.IOTransport{Reader: c, Writer: c}, nil)
+	armed := make(chan struct{}, 1)
+	opts := &sdk.ClientOptions{ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) {
+		select {
+		case armed <- struct{}{}:
+		default:
+		}
+	}}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, opts).Connect(context.Background(), &sdk.IOTransport{Reader: c, Writer: c}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,22 +38,18 @@ func TestEventsWait(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "pcp_events", Arguments: map[string]any{"types": []string{api.EventSurfaceFocusChanged}, "wait_ms": 20000}})
+		params := &sdk.CallToolParams{Name: "pcp_events", Arguments: map[string]any{"types": []string{api.EventSurfaceFocusChanged}, "wait_ms": 20000}}
+		params.SetProgressToken("wait-1")
+		res, err := cs.CallTool(ctx, params)
 		got <- answer{res, err}
 	}()
-	// The event is published once the call's subscription exists.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		h, err := b.Health(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Subscriptions == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("pcp_events did not subscribe within 10s")
-		}
-		time.Sleep(time.Millisecond)
+	// The events are published once the call says its wait is armed.
+	select {
+	case <-armed:
+	case a := <-got:
+		t.Fatalf("pcp_events answered before waiting: %+v, %v", a.res, a.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("pcp_events did not arm its wait within 10s")
 	}
 	b.Publish(api.EventCapabilityInvoked, "org.example.other", "", map[string]any{"x": 1})
 	b.Publish(api.EventSurfaceFocusChanged, "atspi.gnome-calculator", "atspi.gnome-calculator/1", map[string]any{"focused": true})
