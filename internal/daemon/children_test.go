@@ -142,17 +142,7 @@ func nofileDaemon(ctx context.Context, dir string) error {
 			return false
 		})
 	}()
-	served := make(chan struct{})
-	go func() {
-		s.Serve(context.Background())
-		close(served)
-	}()
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
-	defer cancel()
-	s.Shutdown(sctx)
-	<-served
-	return nil
+	return s.serveUntil(ctx)
 }
 
 // impostor listens on path, as whichever user runs it, and answers every

@@ -523,6 +523,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	return s.serveUntil(ctx)
+}
+
+// serveUntil serves until ctx is cancelled, then shuts down, draining for
+// at most DefaultShutdownTimeout.
+func (s *Server) serveUntil(ctx context.Context) error {
 	served := make(chan struct{})
 	go func() {
 		s.Serve(context.Background())

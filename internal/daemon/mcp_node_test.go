@@ -131,10 +131,11 @@ func runNode(ctx context.Context, t *testing.T, user *client.Client, ids <-chan 
 	return steps, all.String()
 }
 
-// TestMCPTypeScriptSDK drives the MCP face with the official TypeScript
-// SDK client (@modelcontextprotocol/sdk) over stdio (pcpctl mcp) and
-// streamable HTTP.
-func TestMCPTypeScriptSDK(t *testing.T) {
+// mcpNodeDaemon starts pcpd with its MCP HTTP endpoint and the notes app
+// for the Node clients, and returns it, the pcpctl binary and the HTTP
+// token.
+func mcpNodeDaemon(t *testing.T) (*served, string, []byte) {
+	t.Helper()
 	needNode(t)
 	pcpctl := pcpctlBinary(t)
 	s := serve(t, Config{AllowUnsigned: true, MCP: MCPConfig{HTTPAddr: "127.0.0.1:0"}})
@@ -143,6 +144,14 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, pcpctl, tok
+}
+
+// TestMCPTypeScriptSDK drives the MCP face with the official TypeScript
+// SDK client (@modelcontextprotocol/sdk) over stdio (pcpctl mcp) and
+// streamable HTTP.
+func TestMCPTypeScriptSDK(t *testing.T) {
+	s, pcpctl, tok := mcpNodeDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	user, err := client.Dial(ctx, s.cfg.ControlSocket, client.Options{})
@@ -185,14 +194,7 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 // Inspector's CLI mode (@modelcontextprotocol/inspector --cli), over
 // stdio (pcpctl mcp) and streamable HTTP.
 func TestMCPInspectorCLI(t *testing.T) {
-	needNode(t)
-	pcpctl := pcpctlBinary(t)
-	s := serve(t, Config{AllowUnsigned: true, MCP: MCPConfig{HTTPAddr: "127.0.0.1:0"}})
-	serveNotes(t, s.cfg.Socket)
-	tok, err := os.ReadFile(s.cfg.MCP.TokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, pcpctl, tok := mcpNodeDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	targets := map[string][]string{

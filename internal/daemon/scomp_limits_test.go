@@ -54,6 +54,22 @@ func scompUpgrade(t *testing.T, c net.Conn, host, extra string) (int, *api.Error
 	return resp.StatusCode, m.Error
 }
 
+// dialScompSessions opens n scomp sessions on the socket at path, closed
+// when the test ends.
+func dialScompSessions(t *testing.T, path string, n int) []*client.Scomp {
+	t.Helper()
+	var held []*client.Scomp
+	for range n {
+		s, err := client.DialScomp(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		held = append(held, s)
+	}
+	return held
+}
+
 func (r *served) perUIDCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -69,19 +85,7 @@ func TestScompSharedSocketLimits(t *testing.T) {
 	r := serve(t, Config{Limits: Limits{ConnectionsPerUID: 3, Connections: 100}, Scomp: ScompConfig{Sessions: 2}})
 	ctx := context.Background()
 	sock := r.cfg.Scomp.Socket
-	var held []*client.Scomp
-	defer func() {
-		for _, s := range held {
-			s.Close()
-		}
-	}()
-	for range 2 {
-		s, err := client.DialScomp(ctx, sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, s)
-	}
+	held := dialScompSessions(t, sock, 2)
 	status, e := scompRefusal(t, sock)
 	if d := dataOf(e); status != http.StatusTooManyRequests || e.Code != api.CodeRateLimited || d["scope"] != "scomp_sessions" || d["limit"] != float64(2) || d["uid"] != float64(os.Getuid()) {
 		t.Errorf("a third session: %d %+v, want 429 RATE_LIMITED scope scomp_sessions limit 2 naming the uid", status, e)
@@ -140,19 +144,7 @@ func TestScompAgentSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(filepath.Dir(res.Socket), "scomp.sock")
-	var held []*client.Scomp
-	defer func() {
-		for _, s := range held {
-			s.Close()
-		}
-	}()
-	for range 2 {
-		s, err := client.DialScomp(ctx, sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, s)
-	}
+	held := dialScompSessions(t, sock, 2)
 	if v, err := held[0].Eval(ctx, "const r = await pcp_inspection_ping({}); r"); err != nil {
 		t.Fatalf("ping through the agent's scomp.sock: %s, %v", v, err)
 	}
