@@ -124,7 +124,7 @@ func TestScompSharedSocketLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the freed slot: %v", err)
 	}
-	held = append(held, s)
+	s.Close()
 }
 
 // A contained agent's own scomp.sock: its sessions are the agent's in the
