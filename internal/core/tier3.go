@@ -62,7 +62,7 @@ func (b *Broker) tier3Action(ctx context.Context, p *api.InvokeActionParams, aer
 	if err != nil || el.Root.Bounds == nil || el.Root.Bounds.W <= 0 || el.Root.Bounds.H <= 0 {
 		return nil, false, aerr
 	}
-	level := b.pol.Load().Tier3(surf.AppID)
+	level := b.pol.Load().Tier3For(SessionFrom(ctx).Agent(), surf.AppID, string(api.SourceSystemIntelligence))
 	if level.Value == api.TrustDeny {
 		e := api.AsError(aerr)
 		d := e.DataMap()

@@ -55,12 +55,15 @@ func (c *clicker) Execute(_ context.Context, ex *Execution) (*api.CapabilityResu
 // adapter's refusal, and the default asks the user.
 func TestTier3Fallback(t *testing.T) {
 	for _, c := range []struct {
-		name, policy string
-		want         string // "run", "deny" or "confirm"
+		name, policy, agent string
+		want                string // "run", "deny" or "confirm"
 	}{
-		{"auto", "[apps.\"atspi.app\"]\ntier3 = \"auto\"\n", "run"},
-		{"deny", "[defaults]\ntier3 = \"deny\"\n", "deny"},
-		{"default", "", "confirm"},
+		{"auto", "[apps.\"atspi.app\"]\ntier3 = \"auto\"\n", "", "run"},
+		{"deny", "[defaults]\ntier3 = \"deny\"\n", "", "deny"},
+		{"default", "", "", "confirm"},
+		// The agent's floor holds through Tier 3: auto for the app, but
+		// this agent gets only confirmed actions.
+		{"agent floor", "[apps.\"atspi.app\"]\ntier3 = \"auto\"\n[agents.careful]\ntrust_level = \"confirm\"\n", "careful", "confirm"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := store.OpenMemory(context.Background())
@@ -84,7 +87,7 @@ func TestTier3Fallback(t *testing.T) {
 			if err := b.SetPlatformAdapter(plat); err != nil {
 				t.Fatal(err)
 			}
-			ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1}, (&recPeer{}).endpoint()))
+			ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1, Agent: c.agent}, (&recPeer{}).endpoint()))
 			res, err := b.InvokeAction(ctx, &api.InvokeActionParams{SurfaceID: "atspi.app/1", ElementID: "e1", Action: "click"})
 			switch c.want {
 			case "run":

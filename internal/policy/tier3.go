@@ -19,3 +19,34 @@ func (p *Policy) Tier3(appID string) Valued[string] {
 	}
 	return Valued[string]{DefaultTier3, FromBuiltin}
 }
+
+// Tier3For is Tier3(appID) for the invocations of agent from source,
+// raised (never lowered) by what the file says of them: the source's
+// trust floor, the agent's rule for app appID, and the agent's floor. An
+// agent the user allows only confirmed actions, or denies an app, gets no
+// less through Tier 3 than through the app's own capabilities.
+func (p *Policy) Tier3For(agent, appID, source string) Valued[string] {
+	v := p.Tier3(appID)
+	raise := func(level, from string) {
+		if rank(level) > rank(v.Value) {
+			v = Valued[string]{level, from}
+		}
+	}
+	if src, ok := p.sources[source]; ok && src.TrustLevel.set {
+		raise(src.TrustLevel.level, p.from("sources", source))
+	}
+	if agent == "" {
+		return v
+	}
+	ag, ok := p.agents[agent]
+	if !ok {
+		return v
+	}
+	if app, ok := ag.Apps[appID]; ok && app.TrustLevel.set {
+		raise(app.TrustLevel.level, p.from("agents", agent, "apps", appID))
+	}
+	if ag.TrustLevel.set {
+		raise(ag.TrustLevel.level, p.from("agents", agent))
+	}
+	return v
+}

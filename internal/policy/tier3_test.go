@@ -22,3 +22,44 @@ func TestTier3(t *testing.T) {
 		t.Error("an unknown tier3 level loaded")
 	}
 }
+
+// Tier 3's level is raised, never lowered, by the source's floor and the
+// agent's rules: an agent allowed only confirmed actions, or denied an
+// app, gets no less through Tier 3.
+func TestTier3For(t *testing.T) {
+	const file = `[defaults]
+tier3 = "auto"
+[agents.careful]
+trust_level = "confirm"
+[agents.kept.apps."atspi.xterm"]
+trust_level = "deny"
+[agents.loose.apps."atspi.calc"]
+trust_level = "auto"
+[apps."atspi.calc"]
+tier3 = "deny"
+`
+	p, err := Parse("policy.toml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ agent, app, source, want, from string }{
+		{"", "atspi.xterm", "SystemIntelligence", "auto", "policy.toml: defaults"},
+		{"careful", "atspi.xterm", "SystemIntelligence", "confirm", "policy.toml: agents.careful"},
+		{"kept", "atspi.xterm", "SystemIntelligence", "deny", `policy.toml: agents.kept.apps."atspi.xterm"`},
+		{"kept", "atspi.other", "SystemIntelligence", "auto", "policy.toml: defaults"},
+		// An agent's rule never lowers what Tier 3 is given.
+		{"loose", "atspi.calc", "SystemIntelligence", "deny", `policy.toml: apps."atspi.calc"`},
+		{"unknown", "atspi.xterm", "SystemIntelligence", "auto", "policy.toml: defaults"},
+	} {
+		if got := p.Tier3For(c.agent, c.app, c.source); got.Value != c.want || got.From != c.from {
+			t.Errorf("Tier3For(%q, %s) = %+v, want %s from %s", c.agent, c.app, got, c.want, c.from)
+		}
+	}
+	p, err = Parse("policy.toml", []byte(file+"[sources.SystemIntelligence]\ntrust_level = \"confirm\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Tier3For("", "atspi.xterm", "SystemIntelligence"); got.Value != "confirm" || got.From != "policy.toml: sources.SystemIntelligence" {
+		t.Errorf("with a source floor: %+v", got)
+	}
+}
