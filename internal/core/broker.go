@@ -171,6 +171,8 @@ type Broker struct {
 	// The slice is replaced, never modified in place, so a copy of its
 	// header taken under b.mu stays valid after unlocking.
 	access []*accessEntry
+	// platform is the platform adapter, nil when none.
+	platform PlatformAdapter
 	// appSockets opens Tier 1 per-app sockets; nil when not offered.
 	appSockets AppSocketOpener
 	sessions   map[string]*Session

@@ -175,6 +175,7 @@ func (b *Broker) SetPlatformAdapter(p PlatformAdapter) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.platform = p
 	for _, a := range b.apps {
 		if _, ok := a.provider.(platformProvider); ok {
 			b.unindexAppLocked(a)

@@ -22,6 +22,31 @@ import (
 // is answered as it is; invoke.action again with its confirmation_id
 // (and wait_ms) presents the user's decision.
 
+// The click is aimed at the surface's own window when the adapters can
+// say which it is: the adapter that has the surface names its process and
+// title (SurfaceWindower), the platform adapter finds the window
+// (WindowFinder), and the click is then given that window's surface id,
+// so that the platform brings the window to the front after the user
+// approves and refuses a point outside it. Without that, a window on top
+// would take the click meant for the element under it. When the adapters
+// offer this and the window is not found, the fallback refuses rather
+// than click blind; adapters that offer neither get the click at the
+// screen point (a platform whose windows cannot overlap).
+
+// SurfaceWindower is what an accessibility adapter may implement to name
+// the window behind one of its surfaces: its application's process id and
+// the window's title.
+type SurfaceWindower interface {
+	SurfaceWindow(ctx context.Context, surfaceID string) (pid int, title string, err error)
+}
+
+// WindowFinder is what a platform adapter may implement to find a
+// top-level window by its process and title: its surface id on the
+// platform and its geometry on the screen.
+type WindowFinder interface {
+	Window(ctx context.Context, pid int, title string) (surfaceID string, geometry api.Bounds, ok bool)
+}
+
 // tier3Inputs maps the actions the fallback serves to the platform's
 // input capability.
 var tier3Inputs = map[string]string{
@@ -71,13 +96,65 @@ func (b *Broker) tier3Action(ctx context.Context, p *api.InvokeActionParams, aer
 	}
 	bo := el.Root.Bounds
 	x, y := surf.Geometry.X+bo.X+bo.W/2, surf.Geometry.Y+bo.Y+bo.H/2
-	raw, _ := json.Marshal(map[string]any{"x": x, "y": y})
+	click := map[string]any{"x": x, "y": y}
+	win, aimed, err := b.platformWindow(ctx, p.SurfaceID)
+	if err != nil {
+		return nil, true, err
+	}
+	if aimed {
+		// The point relative to the window's own surface on the platform.
+		click = map[string]any{"x": x - win.geometry.X, "y": y - win.geometry.Y, "surface_id": win.id}
+	}
+	raw, _ := json.Marshal(click)
 	app, _ := api.CapabilityAppID(capID)
 	cres, err := b.InvokeCapability(context.WithValue(ctx, trustOverrideKey{}, trustOverride{capID, level.Value}), &api.InvokeCapabilityParams{
 		CapabilityID: capID, AppID: app, Source: api.SourceSystemIntelligence, Params: raw, ConfirmationID: p.ConfirmationID, WaitMS: p.WaitMS})
 	if err != nil {
 		return nil, true, err
 	}
-	out, _ := json.Marshal(map[string]any{"route": routePlatform, "capability_id": capID, "x": x, "y": y, "status": cres.Status, "tier3": level.Value})
+	result := map[string]any{"route": routePlatform, "capability_id": capID, "x": x, "y": y, "status": cres.Status, "tier3": level.Value}
+	if aimed {
+		result["platform_surface_id"] = win.id
+	}
+	out, _ := json.Marshal(result)
 	return &api.InvokeActionResult{Executed: true, Result: out}, true, nil
+}
+
+// platformWindow is the platform's surface for the window behind surface
+// id, when the adapters can say (see SurfaceWindower): aimed is false when
+// they cannot, and the error is INPUT_SIMULATION_FAILED (reason
+// no_window) when they can and the window is not found.
+func (b *Broker) platformWindow(ctx context.Context, surfaceID string) (w struct {
+	id       string
+	geometry api.Bounds
+}, aimed bool, err error) {
+	b.mu.RLock()
+	plat := b.platform
+	b.mu.RUnlock()
+	finder, ok := plat.(WindowFinder)
+	if !ok {
+		return w, false, nil
+	}
+	type found struct {
+		pid   int
+		title string
+	}
+	f, err := firstAdapter(ctx, b, surfaceID, func(ctx context.Context, a Adapter) (found, error) {
+		sw, ok := a.(SurfaceWindower)
+		if !ok {
+			return found{}, api.Errorf(api.CodeSurfaceNotFound, nil, "adapter names no windows")
+		}
+		pid, title, err := sw.SurfaceWindow(ctx, surfaceID)
+		return found{pid, title}, err
+	})
+	if err != nil {
+		return w, false, nil // no adapter names the surface's window
+	}
+	id, g, ok := finder.Window(ctx, f.pid, f.title)
+	if !ok {
+		return w, false, api.Errorf(api.CodeInputSimulationFailed, map[string]any{"reason": "no_window", "surface_id": surfaceID, "pid": f.pid, "title": f.title},
+			"surface %s: no top-level window of process %d titled %q on the display, so there is nothing to aim the click at", surfaceID, f.pid, f.title)
+	}
+	w.id, w.geometry = id, g
+	return w, true, nil
 }

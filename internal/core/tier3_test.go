@@ -115,3 +115,86 @@ func TestTier3Fallback(t *testing.T) {
 		})
 	}
 }
+
+// windowed is actionless naming the window behind its surface.
+type windowed struct {
+	actionless
+	pid int
+}
+
+func (w *windowed) SurfaceWindow(context.Context, string) (int, string, error) {
+	return w.pid, "Factory", nil
+}
+
+// framer is clicker finding windows: process 42's "Factory" at 90,40.
+type framer struct{ clicker }
+
+func (f *framer) Manifests() map[string]*api.Manifest {
+	ms := f.clicker.Manifests()
+	ms["system.input"].Capabilities[0].Parameters = append(ms["system.input"].Capabilities[0].Parameters,
+		api.ParamDecl{Name: "surface_id", Type: "string", Required: new(bool)})
+	return ms
+}
+
+func (f *framer) Window(_ context.Context, pid int, title string) (string, api.Bounds, bool) {
+	if pid != 42 || title != "Factory" {
+		return "", api.Bounds{}, false
+	}
+	return "x11:0x400004", api.Bounds{X: 90, Y: 40, W: 420, H: 320}, true
+}
+
+// When the adapters can say which window a surface is, the Tier 3 click
+// is aimed at that window (its platform surface id, the point relative to
+// it), so a window on top cannot take it; when they can and the window is
+// not there, nothing is clicked.
+func TestTier3AimsAtTheSurfaceWindow(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pid  int
+		want string
+	}{
+		{"found", 42, `{"surface_id":"x11:0x400004","x":40,"y":35}`},
+		{"not found", 7, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := store.OpenMemory(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			pol, err := policy.Parse("policy.toml", []byte("[defaults]\ntier3 = \"auto\"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, LivenessInterval: -1, Policy: pol, RateLimits: &RateLimits{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Close)
+			ad, plat := &windowed{pid: c.pid}, &framer{}
+			if err := b.AddAdapter(api.RegisterAdapterParams{AdapterID: "atspi", SurfaceType: "atspi", SupportedTiers: []int{2}}, ad); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.SetPlatformAdapter(plat); err != nil {
+				t.Fatal(err)
+			}
+			ctx := WithSession(context.Background(), b.OpenSession(SessionInfo{Transport: "unix", UID: 1000, PID: 1}, (&recPeer{}).endpoint()))
+			res, err := b.InvokeAction(ctx, &api.InvokeActionParams{SurfaceID: "atspi.app/1", ElementID: "e1", Action: "click"})
+			if c.want == "" {
+				var pe *api.Error
+				if !errors.As(err, &pe) || pe.Code != api.CodeInputSimulationFailed || pe.DataMap()["reason"] != "no_window" || len(plat.params) != 0 {
+					t.Fatalf("got %+v, %v and clicks %v, want INPUT_SIMULATION_FAILED no_window and no click", res, err, plat.params)
+				}
+				return
+			}
+			if err != nil || !strings.Contains(string(res.Result), `"platform_surface_id":"x11:0x400004"`) {
+				t.Fatalf("got %+v, %v", res, err)
+			}
+			// The element's centre on the screen is 130,75 (see
+			// TestTier3Fallback); the window is at 90,40.
+			if len(plat.params) != 1 || plat.params[0] != c.want {
+				t.Fatalf("the platform clicked %v, want once with %s", plat.params, c.want)
+			}
+		})
+	}
+}

@@ -126,9 +126,11 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			if appID != "atspi.gtk3-widget-factory" {
-				// GTK 4: the adapter's cached states of the check button do
-				// not follow this click (no state change reaches it), so
-				// the pixels are the check.
+				// GTK 4: this raw click at a screen point lands on whatever
+				// window is on top there, and the GTK 3 factory's window
+				// covers the same place, so the pixels (the pointer's
+				// hover) are the check here; the Tier 3 subtest below aims
+				// its click at the window and checks the toggle.
 				return
 			}
 			// The state change arrives as an element.state_changed event of
@@ -177,6 +179,12 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 		if target == nil {
 			t.Fatal("no sensitive check button without actions in gtk4-widget-factory")
 		}
+		was := slices.Contains(target.States, "checked")
+		sub, err := agent.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventElementStateChanged}, SurfaceID: sid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer agent.Unsubscribe(ctx, sub.SubscriptionID)
 		p := &api.InvokeActionParams{SurfaceID: sid, ElementID: target.ID, Action: "click"}
 		_, err = agent.InvokeAction(ctx, p)
 		var pe *api.Error
@@ -194,8 +202,28 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 		}
 		p.ConfirmationID = id
 		out, err := agent.InvokeAction(ctx, p)
-		if err != nil || !out.Executed || !strings.Contains(string(out.Result), `"route":"platform"`) {
+		if err != nil || !out.Executed || !strings.Contains(string(out.Result), `"route":"platform"`) ||
+			!strings.Contains(string(out.Result), `"platform_surface_id":"x11:`) {
 			t.Fatalf("invoke.action with the approval: %+v, %v", out, err)
+		}
+		// The click was aimed at gtk4-widget-factory's own window, which
+		// the platform brought to the front first (the GTK 3 factory's
+		// window covers the same place): the check button toggled, as
+		// its element.state_changed event and a fresh read say.
+		deadline := time.After(10 * time.Second)
+		for {
+			now, err := agent.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: sid, FocusID: target.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(now.Root.States, "checked") != was {
+				break
+			}
+			select {
+			case <-agent.Notifications():
+			case <-deadline:
+				t.Fatalf("the Tier 3 click did not toggle %q: states %s", target.Label, strings.Join(now.Root.States, " "))
+			}
 		}
 		var tail api.AuditTailResult
 		w.pcpctlJSON(&tail, "audit", "tail", "-n", "10")

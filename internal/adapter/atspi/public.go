@@ -85,6 +85,33 @@ func (a *Adapter) Surface(ctx context.Context, id string) (*api.Surface, error) 
 	return s, nil
 }
 
+// SurfaceWindow names the window behind surface id as the display server
+// knows it: the application's process id and the window's title (the
+// application's name when the window has none). The platform adapter
+// finds the window from them (see the daemon's platform wiring).
+func (a *Adapter) SurfaceWindow(ctx context.Context, id string) (pid int, title string, err error) {
+	ap, p, err := a.surface(ctx, id)
+	if err != nil {
+		return 0, "", err
+	}
+	name := getProp(p, ifaceAccessible, "Name")
+	if err := ap.run(ctx, []*req{name}); err != nil {
+		return 0, "", err
+	}
+	if isGone(name.err) {
+		return 0, "", surfaceNotFound(id)
+	}
+	title, _ = name.value().(string)
+	if title == "" {
+		title = ap.name
+	}
+	n, err := ap.processID(ctx)
+	if err != nil || n == 0 {
+		return 0, "", api.Errorf(api.CodeSurfaceNotFound, map[string]any{"surface_id": id}, "surface %s: its application's process id is unknown", id)
+	}
+	return int(n), clean(title, maxNameBytes), nil
+}
+
 // surfaceState names a window's state: focused (ACTIVE), minimized
 // (ICONIFIED), hidden (neither VISIBLE nor SHOWING), or normal.
 func surfaceState(s stateSet) string {

@@ -466,5 +466,29 @@ func (p *Platform) Origin(pid int, title string) (x, y int, ok bool) {
 	return 0, 0, false
 }
 
+// Window finds the top-level window of process pid titled title (the
+// only one of the process when none has that title), as Origin does, and
+// returns its surface id and geometry in root coordinates.
+func (p *Platform) Window(ctx context.Context, pid int, title string) (id string, geometry api.Bounds, ok bool) {
+	ws, err := p.c.ByPID(ctx, pid)
+	if err != nil || len(ws) == 0 {
+		return "", api.Bounds{}, false
+	}
+	var w *Surface
+	for _, s := range ws {
+		if s.Title == title {
+			w = s
+			break
+		}
+	}
+	if w == nil && len(ws) == 1 {
+		w = ws[0]
+	}
+	if w == nil {
+		return "", api.Bounds{}, false
+	}
+	return SurfaceID(w.Window), api.Bounds{X: w.X, Y: w.Y, W: w.Width, H: w.Height}, true
+}
+
 // Healthy reports whether the display still answers.
 func (p *Platform) Healthy(ctx context.Context) error { return p.c.sync() }
