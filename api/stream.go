@@ -28,7 +28,9 @@ type DetectionResult struct {
 }
 
 // ExecuteRequest is ExecuteRequestPayload. ConfirmationID and WaitMS
-// carry a confirmation as invoke.capability does.
+// carry a confirmation as invoke.capability does; Attachments chooses
+// how the result's attachments travel, as invoke.capability's does
+// (AttachmentsAuto, AttachmentsFD, AttachmentsInline; docs/framed.md).
 type ExecuteRequest struct {
 	Capability     string          `json:"capability"`
 	Target         string          `json:"target,omitempty"`
@@ -36,6 +38,7 @@ type ExecuteRequest struct {
 	Admin          bool            `json:"admin"`
 	ConfirmationID string          `json:"confirmation_id,omitempty"`
 	WaitMS         int64           `json:"wait_ms,omitempty"`
+	Attachments    string          `json:"attachments,omitempty"`
 }
 
 // ExecuteResponse is ExecuteResponsePayload; the result is spec 000's

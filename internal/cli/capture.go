@@ -55,16 +55,20 @@ terminal) unless --no-wait.`,
 		}
 		raw, _ := json.Marshal(params)
 		p := &api.InvokeCapabilityParams{CapabilityID: "system.capture", AppID: "system", Source: api.SourceSystemIntelligence, Params: raw}
-		if e.framed {
-			return usagef("capture speaks JSON-RPC only")
-		}
 		var res *api.CapabilityResult
 		var err error
-		if noWait {
+		switch {
+		case e.framed && !noWait:
+			return usagef("capture --framed needs --no-wait: waiting for the user's confirmation speaks JSON-RPC only")
+		case e.framed:
+			res, err = framedOnce(ctx, e, "ExecuteRequest", func(ctx context.Context, fc *client.Framed) (*api.CapabilityResult, error) {
+				return fc.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: p.CapabilityID, Params: p.Params})
+			})
+		case noWait:
 			res, err = once(ctx, e, false, api.MethodInvokeCapability, func(ctx context.Context, cl *client.Client) (*api.CapabilityResult, error) {
 				return cl.InvokeCapability(ctx, p)
 			})
-		} else {
+		default:
 			res, err = e.invokeWaiting(ctx, p)
 		}
 		if err != nil {

@@ -83,7 +83,7 @@ extension for common image types), refusing to overwrite a file.`,
 			return usagef("--wait speaks JSON-RPC only")
 		case e.framed:
 			res, err = framedOnce(ctx, e, "ExecuteRequest", func(ctx context.Context, fc *client.Framed) (*api.CapabilityResult, error) {
-				return fc.Execute(ctx, capID, raw, false)
+				return fc.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: capID, Params: raw, Attachments: p.Attachments})
 			})
 		case wait:
 			res, err = e.invokeWaiting(ctx, p)

@@ -51,11 +51,8 @@ const maxPooledBuf = HeaderLen + DefaultMaxPayload
 // Write does not apply a Reader's maxPayload: the peer's bound is the
 // peer's business.
 func Write(w io.Writer, f Frame) error {
-	if !f.Type.Valid() {
-		return fmt.Errorf("frame: writing %s: not a message type", f.Type)
-	}
-	if uint64(len(f.Payload)) > math.MaxUint32 {
-		return fmt.Errorf("frame: writing %s: payload of %d bytes does not fit a u32 length", f.Type, len(f.Payload))
+	if err := checkWritable(f); err != nil {
+		return err
 	}
 	bp := writeBufs.Get().(*[]byte)
 	b := Append((*bp)[:0], f)
@@ -65,6 +62,18 @@ func Write(w io.Writer, f Frame) error {
 		writeBufs.Put(bp)
 	}
 	return err
+}
+
+// checkWritable refuses a type that is not one of the 27 and a payload
+// that does not fit the u32 length field.
+func checkWritable(f Frame) error {
+	if !f.Type.Valid() {
+		return fmt.Errorf("frame: writing %s: not a message type", f.Type)
+	}
+	if uint64(len(f.Payload)) > math.MaxUint32 {
+		return fmt.Errorf("frame: writing %s: payload of %d bytes does not fit a u32 length", f.Type, len(f.Payload))
+	}
+	return nil
 }
 
 // TooLargeError reports a frame whose payload length exceeds the Reader's

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/appsock"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
@@ -53,6 +54,7 @@ func TestGolden(t *testing.T) { golden.ForEach(t, "testdata/*.txtar", runGolden)
 
 type env struct {
 	t      *testing.T
+	b      *core.Broker
 	stream *Server
 	rpc    *rpc.Server
 	apps   *appsock.Server
@@ -86,7 +88,7 @@ func newEnv(t *testing.T) *env {
 	apps := appsock.New(b, filepath.Join(t.TempDir(), "apps"), nil)
 	b.SetAppSockets(apps)
 	t.Cleanup(func() { apps.Close() })
-	return &env{t: t, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), apps: apps,
+	return &env{t: t, b: b, stream: NewServer(b, Options{MaxPayload: 256}), rpc: rpc.NewServer(b, rpc.Options{}), apps: apps,
 		conns: map[string]net.Conn{}, frames: map[string]*frame.Reader{}, lines: map[string]*lineReader{}}
 }
 
@@ -129,6 +131,11 @@ func runGolden(t *testing.T, file string) {
 	testkit.CheckGoroutines(t)
 	ar := golden.Load(t, file)
 	e := newEnv(t)
+	if filepath.Base(file) == "attachments.txtar" {
+		if err := e.b.AddService(tinyService{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	defer func() {
 		for _, c := range e.conns {
 			c.Close()
@@ -316,4 +323,29 @@ func (l *lineReader) next() (string, error) {
 		}
 		l.buf = append(l.buf, b[:n]...)
 	}
+}
+
+// tinyService returns small attachments, for testdata/attachments.txtar:
+// "one" one, "two" two, "none" none.
+type tinyService struct{}
+
+func (tinyService) AppID() string { return "pcp.test.tiny" }
+
+func (tinyService) Manifest() *api.Manifest {
+	var decls []api.CapabilityDecl
+	for _, name := range []string{"none", "one", "two"} {
+		decls = append(decls, api.CapabilityDecl{Name: name, Tier: 1, TrustLevel: api.TrustAuto, Description: "Returns attachments."})
+	}
+	return &api.Manifest{Version: "1.0", Publisher: "pcpd", Description: "Small attachments.", Capabilities: decls}
+}
+
+func (tinyService) Invoke(_ context.Context, c *api.Capability, _ api.InvocationSource, _ json.RawMessage) (*api.CapabilityResult, error) {
+	res := &api.CapabilityResult{Status: api.StatusSuccess, Data: json.RawMessage(`{"width":2,"height":1}`)}
+	switch c.ID {
+	case "pcp.test.tiny.one":
+		res.Attachments = []api.Attachment{{Name: "image", MediaType: "image/png", Data: []byte("\x89PNG\r\n")}}
+	case "pcp.test.tiny.two":
+		res.Attachments = []api.Attachment{{Name: "image", MediaType: "image/png", Data: []byte("\x89PNG\r\n")}, {Name: "empty", MediaType: "application/octet-stream"}}
+	}
+	return res, nil
 }

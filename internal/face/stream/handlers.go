@@ -99,17 +99,23 @@ func (s *Server) detect(ctx context.Context, payload []byte) (*api.DetectRespons
 
 // execute runs an ExecuteRequest through the core's dispatch
 // (core.Broker.Execute): the target app, the registry's owner of the
-// capability, or the app an accessibility adapter detects.
-func (s *Server) execute(ctx context.Context, payload []byte) (*api.ExecuteResponse, error) {
+// capability, or the app an accessibility adapter detects. The result's
+// attachments are encoded as the request's attachments member chooses
+// (attachments.go).
+func (s *Server) execute(ctx context.Context, payload []byte) (*executeReply, error) {
 	var p api.ExecuteRequest
 	if err := decode(payload, &p); err != nil {
+		return nil, err
+	}
+	budget := budgetOf(ctx)
+	if err := checkMode(p.Attachments, budget != nil); err != nil {
 		return nil, err
 	}
 	res, err := s.b.Execute(ctx, &p)
 	if err != nil {
 		return nil, err
 	}
-	return &api.ExecuteResponse{Result: res}, nil
+	return encodeAttachments(res, p.Attachments, budget)
 }
 
 func (s *Server) subscribe(ctx context.Context, payload []byte) (*api.SubscribeEventsResult, error) {

@@ -23,9 +23,11 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/attach"
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/deadline"
 	"github.com/pcp-dev/pcp/internal/frame"
@@ -42,7 +44,11 @@ type Options struct {
 	// MessageTimeout bounds the arrival of one frame, header and payload
 	// (a skipped one included), from its first byte; 0 means no bound.
 	MessageTimeout time.Duration
-	Logger         *slog.Logger
+	// MaxUnreadAttachments bounds, per connection, the bytes of the
+	// attachments passed as memfds that the peer may not have read; 0
+	// means attach.DefaultMaxUnread (see attach.Budget).
+	MaxUnreadAttachments int64
+	Logger               *slog.Logger
 }
 
 // Server serves the framed face of one broker.
@@ -66,6 +72,9 @@ func NewServer(b *core.Broker, opts Options) *Server {
 // wmu serialises frame writes (replies and pushes).
 type conn struct {
 	rwc io.ReadWriteCloser
+	// mw and budget pass memfds on a Unix socket; nil elsewhere.
+	mw     frame.MsgWriter
+	budget *attach.Budget
 	// cancel ends the context of the request being served: closing the
 	// connection cancels it.
 	cancel    context.CancelFunc
@@ -74,10 +83,21 @@ type conn struct {
 }
 
 func (c *conn) write(t frame.Type, payload []byte) error {
+	return c.writeFDs(t, payload, nil)
+}
+
+// writeFDs writes a frame with fds passed beside it (frame.WriteFDs) and
+// closes fds, sent or not: once sendmsg returns, the socket holds them
+// until the peer reads them, and the kernel frees them if it never does.
+func (c *conn) writeFDs(t frame.Type, payload []byte, fds []int) error {
+	defer attach.CloseFDs(fds)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if d, ok := c.rwc.(interface{ SetWriteDeadline(time.Time) error }); ok {
 		d.SetWriteDeadline(time.Now().Add(time.Minute))
+	}
+	if len(fds) > 0 && c.mw != nil {
+		return frame.WriteFDs(c.mw, frame.Frame{Type: t, Payload: payload}, fds)
 	}
 	return frame.Write(c.rwc, frame.Frame{Type: t, Payload: payload})
 }
@@ -145,11 +165,16 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error 
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &conn{rwc: rwc, cancel: cancel}
+	if mw, ok := rwc.(frame.MsgWriter); ok {
+		if sc, ok := rwc.(syscall.Conn); ok {
+			c.mw, c.budget = mw, attach.NewBudget(sc, s.opts.MaxUnreadAttachments)
+		}
+	}
 	// The client socket serves no app and no adapter (Tier 1 apps have
 	// their own sockets): it offers events alone.
 	sess := s.b.OpenSession(info, core.Endpoint{Events: c, Closer: c})
 	defer sess.Close()
-	ctx := core.WithSession(base, sess)
+	ctx := withBudget(core.WithSession(base, sess), c.budget)
 	var (
 		src io.Reader = rwc
 		dl  *deadline.Reader
@@ -202,16 +227,18 @@ func (s *Server) ServeConn(rwc io.ReadWriteCloser, info core.SessionInfo) error 
 		default:
 			return err
 		}
-		t, payload := s.handle(ctx, f)
-		if err := c.write(t, payload); err != nil {
+		t, payload, fds := s.handle(ctx, f)
+		if err := c.writeFDs(t, payload, fds); err != nil {
 			return nil
 		}
 	}
 }
 
-// handle serves one request frame and returns the reply frame. A panic
-// is logged with its stack and answered with a plain INTERNAL_ERROR.
-func (s *Server) handle(ctx context.Context, f frame.Frame) (rt frame.Type, rp []byte) {
+// handle serves one request frame and returns the reply frame, and the
+// descriptors to pass with it (its attachments), which the caller owns.
+// A panic is logged with its stack and answered with a plain
+// INTERNAL_ERROR.
+func (s *Server) handle(ctx context.Context, f frame.Frame) (rt frame.Type, rp []byte, fds []int) {
 	var (
 		t   frame.Type
 		v   any
@@ -220,7 +247,8 @@ func (s *Server) handle(ctx context.Context, f frame.Frame) (rt frame.Type, rp [
 	defer func() {
 		if r := recover(); r != nil {
 			s.opts.Logger.Error("recovered from a panic in a handler", "frame", f.Type.String(), "panic", r, "stack", string(debug.Stack()))
-			rt, rp = frame.ErrorResponse, errorPayload(&api.Error{Code: api.CodeInternalError, Message: "internal error"})
+			attach.CloseFDs(fds)
+			rt, rp, fds = frame.ErrorResponse, errorPayload(&api.Error{Code: api.CodeInternalError, Message: "internal error"}), nil
 		}
 	}()
 	switch f.Type {
@@ -235,7 +263,11 @@ func (s *Server) handle(ctx context.Context, f frame.Frame) (rt frame.Type, rp [
 		v, err = s.detect(ctx, f.Payload)
 	case frame.ExecuteRequest:
 		t = frame.ExecuteResponse
-		v, err = s.execute(ctx, f.Payload)
+		var r *executeReply
+		r, err = s.execute(ctx, f.Payload)
+		if r != nil {
+			v, fds = r, r.fds
+		}
 	case frame.SubscribeEvents:
 		// The acknowledgement reuses the request's tag (spec 001 names no
 		// reply type for it).
@@ -248,13 +280,14 @@ func (s *Server) handle(ctx context.Context, f frame.Frame) (rt frame.Type, rp [
 		err = api.Errorf(api.CodeMethodNotFound, map[string]any{"type": f.Type.String()}, "unsupported message type: %s", f.Type)
 	}
 	if err != nil {
-		return frame.ErrorResponse, errorPayload(err)
+		return frame.ErrorResponse, errorPayload(err), nil
 	}
 	b, merr := marshal(v)
 	if merr != nil {
-		return frame.ErrorResponse, errorPayload(fmt.Errorf("encoding %s: %w", t, merr))
+		attach.CloseFDs(fds)
+		return frame.ErrorResponse, errorPayload(fmt.Errorf("encoding %s: %w", t, merr)), nil
 	}
-	return t, b
+	return t, b, fds
 }
 
 // decode reads a JSON payload into v; an empty payload is an empty
