@@ -184,4 +184,5 @@ func effects(c api.Capability) []string {
 
 // resultSchema is what every server binding resolves to: the
 // capability's result.
-var resultSchema = json.RawMessage(`{"type":"object","properties":{"status":{"enum":["success","partial","deferred"]},"data":{}},"required":["status"]}`)
+var resultSchema = json.RawMessage(`{"type":"object","properties":{"status":{"enum":["success","partial","deferred"]},"data":{},` +
+	`"attachments":{"type":"array","description":"binary payloads: {name, media_type, size, data (base64)}, or truncated and reason past the limit"}},"required":["status"]}`)

@@ -300,7 +300,7 @@ func (b *sandbox) call(id, params string) string {
 		if err != nil {
 			return "!" + b.errorAnswer(id, err)
 		}
-		return serverResult(res)
+		return serverResult(res, b.attachmentLimit())
 	}
 	sb, ok := b.byID[id]
 	if !ok {
@@ -312,7 +312,7 @@ func (b *sandbox) call(id, params string) string {
 	if err != nil {
 		return "!" + b.errorAnswer(id, err)
 	}
-	return serverResult(res)
+	return serverResult(res, b.attachmentLimit())
 }
 
 // pauseClock stops the eval's clock while the user decides.
@@ -332,19 +332,31 @@ func (b *sandbox) errorAnswer(id string, err error) string {
 }
 
 // serverResult is a server binding call's answer of res to the
-// prelude.
-func serverResult(res any) string {
+// prelude. A capability result's attachments are in its attachments
+// member, their bytes in base64 within limit (evalAttachments).
+func serverResult(res any, limit int64) string {
 	// The capability's result, the common case, is written as is: its
 	// data is JSON already.
 	if r, ok := res.(*api.CapabilityResult); ok && r != nil && api.ValidStatus(r.Status) && (len(r.Data) == 0 || json.Valid(r.Data)) {
+		var atts []byte
+		if len(r.Attachments) > 0 {
+			var err error
+			if atts, err = evalAttachments(r.Attachments, limit); err != nil {
+				return "!" + pcpErrorJSON(api.AsError(err))
+			}
+		}
 		var b strings.Builder
-		b.Grow(len(r.Data) + 40)
+		b.Grow(len(r.Data) + len(atts) + 40)
 		b.WriteString(`{"status":"`)
 		b.WriteString(r.Status)
 		b.WriteByte('"')
 		if len(r.Data) > 0 {
 			b.WriteString(`,"data":`)
 			b.Write(r.Data)
+		}
+		if len(atts) > 0 {
+			b.WriteString(`,"attachments":`)
+			b.Write(atts)
 		}
 		b.WriteByte('}')
 		return b.String()
