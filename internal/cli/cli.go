@@ -104,7 +104,7 @@ signs and verifies capability manifests.`,
 	pf.StringVar(&e.socket, "socket", client.DefaultSocket(), "pcpd agent socket ($PCP_SOCKET)")
 	pf.StringVar(&e.controlSocket, "control-socket", client.DefaultControlSocket(), "pcpd control socket, for what only the user may do ($PCP_CONTROL_SOCKET)")
 	pf.BoolVar(&e.json, "json", false, "print the method's result as indented JSON")
-	pf.BoolVar(&e.framed, "framed", false, "speak spec 001's framed stream instead of JSON-RPC (caps, invoke, health, apps)")
+	pf.BoolVar(&e.framed, "framed", false, "speak spec 001's framed stream instead of JSON-RPC (caps, invoke, health, apps, capture --no-wait)")
 	pf.DurationVar(&e.timeout, "timeout", DefaultTimeout, "bound on each call to pcpd (0 for none)")
 
 	root.AddCommand(
@@ -146,7 +146,7 @@ func (e *env) run(f func(ctx context.Context, cmd *cobra.Command, args []string)
 // set, within the call timeout.
 func (e *env) connect(ctx context.Context, control bool, opts client.Options) (*client.Client, error) {
 	if e.framed {
-		return nil, usagef("--framed serves caps, invoke, health and apps; this command speaks JSON-RPC only")
+		return nil, usagef("--framed serves caps, invoke, health, apps and capture --no-wait; this command speaks JSON-RPC only")
 	}
 	path := e.socket
 	if control {

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -475,6 +477,85 @@ for (const key of ["+", "3", "="]) {
 		if len(colours) < 16 {
 			t.Fatalf("the capture holds %d colours: blank", len(colours))
 		}
+	})
+
+	// capturePNG decodes a capture's PNG and checks it has the size its
+	// data says and is not blank.
+	capturePNG := func(t *testing.T, raw []byte, data json.RawMessage) {
+		t.Helper()
+		img, err := png.Decode(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("the capture is not a PNG: %v", err)
+		}
+		var d struct{ Width, Height int }
+		json.Unmarshal(data, &d)
+		b := img.Bounds()
+		if b.Dx() != d.Width || b.Dy() != d.Height || d.Width == 0 {
+			t.Fatalf("the PNG is %dx%d, its data says %dx%d", b.Dx(), b.Dy(), d.Width, d.Height)
+		}
+		colours := map[[3]uint32]bool{}
+		for y := b.Min.Y; y < b.Max.Y; y += 5 {
+			for x := b.Min.X; x < b.Max.X; x += 5 {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				colours[[3]uint32{r >> 8, g >> 8, bl >> 8}] = true
+			}
+		}
+		if len(colours) < 16 {
+			t.Fatalf("the capture holds %d colours: blank", len(colours))
+		}
+	}
+
+	t.Run("framed: the screen capture through a file descriptor", func(t *testing.T) {
+		// system.capture over the framed stream: the PNG comes as a sealed
+		// memfd passed with the ExecuteResponse frame; inline on request.
+		for _, mode := range []string{"", api.AttachmentsInline} {
+			res, err := framed.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: "system.capture", Params: json.RawMessage(`{"max_long_edge":640}`), Attachments: mode})
+			if err != nil {
+				t.Fatalf("mode %q: %v", mode, err)
+			}
+			if len(res.Attachments) != 1 || res.Attachments[0].Name != "image" || res.Attachments[0].MediaType != "image/png" {
+				t.Fatalf("mode %q: attachments %+v", mode, res.Attachments)
+			}
+			capturePNG(t, res.Attachments[0].Data, res.Data)
+		}
+		// pcpctl --framed capture writes the PNG it received so.
+		out := filepath.Join(w.dir, "framed.png")
+		r := w.mustPCPCTL("--framed", "capture", "--no-wait", "--max-long-edge", "640", "-o", out)
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatalf("%v: %v", r, err)
+		}
+		img, err := png.Decode(bytes.NewReader(raw))
+		if err != nil || img.Bounds().Dx() != 640 || !strings.Contains(r.stdout, "640x") {
+			t.Fatalf("pcpctl --framed capture: %v, %s", err, r.stdout)
+		}
+	})
+
+	t.Run("scomp: an eval captures the screen and hands the PNG back", func(t *testing.T) {
+		sc, err := client.DialScomp(ctx, filepath.Join(filepath.Dir(w.socket), "scomp.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		v, err := sc.Eval(ctx, `const r = await system_capture({max_long_edge: 640});
+const a = r.attachments.find((a) => a.media_type === "image/png");
+({data: r.data, size: a.size, png: a.data})`)
+		if err != nil {
+			t.Fatalf("the eval: %v", err)
+		}
+		var got struct {
+			Data json.RawMessage
+			Size int
+			PNG  string
+		}
+		if err := json.Unmarshal(v, &got); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := base64.StdEncoding.DecodeString(got.PNG)
+		if err != nil || len(raw) != got.Size {
+			t.Fatalf("the PNG handed back: %d bytes of %d, %v", len(raw), got.Size, err)
+		}
+		capturePNG(t, raw, got.Data)
 	})
 
 	t.Run("every execution is on the audit chain", func(t *testing.T) {
