@@ -28,6 +28,12 @@ func decodeResult(raw json.RawMessage, fds []int) (*api.CapabilityResult, error)
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return nil, api.Errorf(api.CodeInternalError, nil, "decoding the invoke.capability result: %v", err)
 	}
+	return fromWire(&w, fds)
+}
+
+// fromWire is the result w describes, its Attachments filled as
+// decodeResult says.
+func fromWire(w *wireResult, fds []int) (*api.CapabilityResult, error) {
 	res := w.CapabilityResult
 	if len(w.Attachments) > api.MaxAttachments {
 		return nil, api.Errorf(api.CodeInternalError, map[string]any{"count": len(w.Attachments), "limit": api.MaxAttachments},

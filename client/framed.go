@@ -204,16 +204,16 @@ func (f *Framed) ExecuteRequest(ctx context.Context, req *api.ExecuteRequest) (*
 			return fmt.Errorf("pcp: ExecuteRequest answered with %s", fr.Type)
 		}
 		var r struct {
-			Result json.RawMessage `json:"result"`
+			Result *wireResult `json:"result"`
 		}
 		if err := json.Unmarshal(fr.Payload, &r); err != nil {
-			return fmt.Errorf("pcp: decoding %s: %w", fr.Type, err)
+			return api.Errorf(api.CodeInternalError, nil, "decoding the ExecuteResponse: %v", err)
 		}
-		if len(r.Result) == 0 || string(r.Result) == "null" {
+		if r.Result == nil {
 			return errors.New("pcp: ExecuteResponse without a result")
 		}
 		var err error
-		res, err = decodeResult(r.Result, fds)
+		res, err = fromWire(r.Result, fds)
 		return err
 	})
 	return res, err

@@ -86,7 +86,7 @@ func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:
 
 // attachBroker is a broker with blobService; runs counts its
 // invocations.
-func attachBroker(t *testing.T) (b *core.Broker, runs *atomic.Int64) {
+func attachBroker(t testing.TB) (b *core.Broker, runs *atomic.Int64) {
 	t.Helper()
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
@@ -105,7 +105,7 @@ func attachBroker(t *testing.T) (b *core.Broker, runs *atomic.Int64) {
 }
 
 // serve serves server with the face until the test ends.
-func serve(t *testing.T, s *Server, server net.Conn) {
+func serve(t testing.TB, s *Server, server net.Conn) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
