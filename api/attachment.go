@@ -3,8 +3,9 @@ package api
 // Attachment is a binary payload a capability returns beside its JSON
 // result: a frame capture, an encoded image. It is Go-only: the result's
 // Data describes it in JSON, and each face carries the bytes its own way
-// (on the JSON-RPC face's Unix sockets, as a sealed memfd passed with the
-// reply line; elsewhere inline, in base64, under InlineAttachmentLimit).
+// (on the Unix sockets, as a sealed memfd passed with the JSON-RPC reply
+// line or the framed ExecuteResponse; elsewhere inline, in base64, under
+// InlineAttachmentLimit; in an scomp eval, in base64 under its own limit).
 type Attachment struct {
 	// Name identifies the attachment within its result ("image").
 	Name string
@@ -15,9 +16,11 @@ type Attachment struct {
 }
 
 // AttachmentRef is an attachment on the wire, in the "attachments"
-// member of a JSON-RPC invoke.capability result. Exactly one of FD and
-// Data is set: FD is the index of its memfd among the file descriptors
-// that came with the reply line; Data is the bytes, in base64.
+// member of a JSON-RPC invoke.capability result or of a framed
+// ExecuteResponse's result. At most one of FD and Data is set (neither
+// for an empty attachment inline): FD is the index of its memfd among the
+// file descriptors that came with the reply line or frame; Data is the
+// bytes, in base64.
 type AttachmentRef struct {
 	Name      string `json:"name"`
 	MediaType string `json:"media_type"`

@@ -133,7 +133,8 @@ func TestEvalReceivesAttachments(t *testing.T) {
 
 // TestEvalAttachmentLimit: past the per-result limit an attachment is
 // listed without its data, truncated and with the reason; those after it
-// that fit keep theirs. The limit is at most an eighth of the heap.
+// that fit keep theirs. The limit is a sixteenth of the heap, lowered by
+// Options.AttachmentLimit.
 func TestEvalAttachmentLimit(t *testing.T) {
 	testkit.CheckGoroutines(t)
 	eval, _ := picturesSession(t, Options{AttachmentLimit: 1000})
@@ -146,9 +147,9 @@ func TestEvalAttachmentLimit(t *testing.T) {
 
 	eval, _ = picturesSession(t, Options{MemoryLimit: 16 << 20})
 	got = eval(`const a = (await pcp_test_pics_big({})).attachments[0]; [a.size, a.truncated, a.reason, "data" in a]`)
-	want = `{"value":[3000000,true,"3000000 bytes: an eval receives at most 2097152 bytes of one result's attachments",false]}`
+	want = `{"value":[3000000,true,"3000000 bytes: an eval receives at most 1048576 bytes of one result's attachments",false]}`
 	if got != want {
-		t.Fatalf("over an eighth of a 16 MiB heap:\n%s\nwant\n%s", got, want)
+		t.Fatalf("over a sixteenth of a 16 MiB heap:\n%s\nwant\n%s", got, want)
 	}
 	eval, _ = picturesSession(t, Options{})
 	if got, want := eval(`(await pcp_test_pics_big({})).attachments[0].data.length`), `{"value":4000000}`; got != want {

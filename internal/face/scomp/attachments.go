@@ -9,9 +9,11 @@ import (
 	"github.com/pcp-dev/pcp/internal/jsonrpc"
 )
 
-// DefaultAttachmentLimit is Options.AttachmentLimit's default: the bytes
-// of one result's attachments an eval receives, before base64 (4 MiB).
-const DefaultAttachmentLimit = 4 << 20
+// attachmentHeapShare is the share of a session's heap one result's
+// attachments may take, before base64: a sixteenth, 4 MiB of the default
+// 64 MiB heap. The heap holds the answer's base64 about three times over
+// (the answer, its parse, a result that returns it).
+const attachmentHeapShare = 16
 
 // evalAttachment is an attachment as an eval sees it, in a binding
 // call's result.attachments (docs/scomp.md, "Attachments"). Data is the
@@ -52,13 +54,12 @@ func evalAttachments(atts []api.Attachment, limit int64) ([]byte, error) {
 }
 
 // attachmentLimit is the attachment bytes of one result the next binding
-// call's answer may carry: Options.AttachmentLimit, and at most an eighth
-// of the session's heap, which holds each answer about three times over
-// in base64 (the answer, its parse, a result that returns it).
+// call's answer may carry: a sixteenth of the session's heap, and at most
+// Options.AttachmentLimit when set.
 func (b *sandbox) attachmentLimit() int64 {
-	limit := b.c.s.opts.AttachmentLimit
-	if heap := int64(b.c.limits().MemoryLimit) / 8; heap < limit {
-		limit = heap
+	limit := int64(b.c.limits().MemoryLimit) / attachmentHeapShare
+	if l := b.c.s.opts.AttachmentLimit; l > 0 && l < limit {
+		limit = l
 	}
 	return limit
 }

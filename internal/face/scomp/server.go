@@ -87,9 +87,9 @@ type Options struct {
 	// ConfirmWait bounds how long a binding call waits for the user to
 	// decide a confirmation; 0 means DefaultConfirmWait.
 	ConfirmWait time.Duration
-	// AttachmentLimit bounds the bytes of one capability result's
-	// attachments a binding call hands an eval, in base64 (at most an
-	// eighth of the session's heap); 0 means DefaultAttachmentLimit.
+	// AttachmentLimit, when set, lowers the bound on the bytes of one
+	// capability result's attachments a binding call hands an eval in
+	// base64, which is otherwise a sixteenth of the session's heap.
 	AttachmentLimit int64
 	// SessionLimits, when set, gives the eval limits of a session of the
 	// contained agent named agent ("" for none), read at each eval: the
@@ -125,9 +125,6 @@ func New(b *core.Broker, opts Options) *Server {
 	}
 	if opts.MemoryLimit <= 0 {
 		opts.MemoryLimit = DefaultMemoryLimit
-	}
-	if opts.AttachmentLimit <= 0 {
-		opts.AttachmentLimit = DefaultAttachmentLimit
 	}
 	if opts.MemoryTotal <= 0 {
 		opts.MemoryTotal = DefaultMemoryTotal
