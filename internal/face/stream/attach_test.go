@@ -33,8 +33,11 @@ import (
 // blobService is an in-process service whose capabilities return
 // attachments: "image" one of 3 MB, "huge" one over the inline limit,
 // "pair" two, "many" more than api.MaxAttachments, "none" none. It
-// counts its invocations.
-type blobService struct{ runs *atomic.Int64 }
+// counts its invocations, and tells ran of each when set.
+type blobService struct {
+	runs *atomic.Int64
+	ran  chan struct{}
+}
 
 const blobApp = "pcp.test.blob"
 
@@ -65,6 +68,9 @@ var (
 
 func (s blobService) Invoke(_ context.Context, c *api.Capability, _ api.InvocationSource, _ json.RawMessage) (*api.CapabilityResult, error) {
 	s.runs.Add(1)
+	if s.ran != nil {
+		s.ran <- struct{}{}
+	}
 	res := &api.CapabilityResult{Status: api.StatusSuccess}
 	switch strings.TrimPrefix(c.ID, blobApp+".") {
 	case "image":
@@ -88,6 +94,13 @@ func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:
 // invocations.
 func attachBroker(t testing.TB) (b *core.Broker, runs *atomic.Int64) {
 	t.Helper()
+	return attachBrokerRan(t, nil)
+}
+
+// attachBrokerRan is attachBroker with blobService telling ran of each
+// invocation.
+func attachBrokerRan(t testing.TB, ran chan struct{}) (b *core.Broker, runs *atomic.Int64) {
+	t.Helper()
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +110,7 @@ func attachBroker(t testing.TB) (b *core.Broker, runs *atomic.Int64) {
 		t.Fatal(err)
 	}
 	runs = new(atomic.Int64)
-	if err := b.AddService(blobService{runs}); err != nil {
+	if err := b.AddService(blobService{runs, ran}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(); st.Close() })
@@ -334,7 +347,8 @@ func TestClientWithoutRecvmsgLosesDescriptors(t *testing.T) {
 // are discarded by the kernel.
 func TestPeerThatDoesNotReadIsBounded(t *testing.T) {
 	checkFDs(t)
-	b, runs := attachBroker(t)
+	ran := make(chan struct{}, 16)
+	b, _ := attachBrokerRan(t, ran)
 	cc, sc := testkit.SocketPair(t)
 	serve(t, NewServer(b, Options{MaxUnreadAttachments: 10 << 20}), sc)
 	body, _ := json.Marshal(execReq("image", ""))
@@ -356,19 +370,24 @@ func TestPeerThatDoesNotReadIsBounded(t *testing.T) {
 		}
 	}
 	unix.Close(probe)
-	// Wait until every request ran and its reply was written; the peer
-	// has read nothing.
-	deadline := time.Now().Add(10 * time.Second)
-	for runs.Load() < n || outq(t, sc) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d requests ran", runs.Load(), n)
+	// One more request, without attachments: the face serves requests in
+	// order, so once it runs every earlier reply has been written, and the
+	// peer has read nothing.
+	last, _ := json.Marshal(execReq("none", ""))
+	if err := frame.Write(cc, frame.Frame{Type: frame.ExecuteRequest, Payload: last}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n + 1 {
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d requests ran", i, n+1)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	r := frame.NewFDReader(cc, 1<<20)
 	defer r.Close()
 	var got []string
-	for range n {
+	for range n + 1 {
 		cc.SetReadDeadline(time.Now().Add(10 * time.Second))
 		f, fds, err := r.Next()
 		if err != nil {
@@ -390,7 +409,8 @@ func TestPeerThatDoesNotReadIsBounded(t *testing.T) {
 	}
 	// 3 MB each: three fit under 10 MiB, the others are refused.
 	want := []string{"ExecuteResponse 1", "ExecuteResponse 1", "ExecuteResponse 1",
-		"ErrorResponse RATE_LIMITED attachment_memory", "ErrorResponse RATE_LIMITED attachment_memory", "ErrorResponse RATE_LIMITED attachment_memory"}
+		"ErrorResponse RATE_LIMITED attachment_memory", "ErrorResponse RATE_LIMITED attachment_memory", "ErrorResponse RATE_LIMITED attachment_memory",
+		"ExecuteResponse 0"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("replies (-want +got):\n%s", diff)
 	}
@@ -399,18 +419,6 @@ func TestPeerThatDoesNotReadIsBounded(t *testing.T) {
 	if _, err := fc.ExecuteRequest(context.Background(), execReq("image", "")); err != nil {
 		t.Fatalf("after reading everything: %v", err)
 	}
-}
-
-// outq is the bytes in c's send queue (SIOCOUTQ).
-func outq(t *testing.T, c *net.UnixConn) int {
-	t.Helper()
-	rc, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) })
-	return n
 }
 
 // peerReport is what testdata/framed_attach_peer.py prints.
