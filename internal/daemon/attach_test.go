@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -267,6 +268,37 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 		tcp.Close()
 		<-cl.Done()
 		<-tcp.Done()
+		waitFDs(t, base)
+	})
+
+	t.Run("framed", func(t *testing.T) {
+		// The framed face on the same socket (the first byte picks it):
+		// a Python peer gets the memfds with the ExecuteResponse frame,
+		// and the Go framed client reads them.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "python3", filepath.Join("..", "face", "stream", "testdata", "framed_attach_peer.py"), r.cfg.Socket, blobApp+".pair", "auto").Output()
+		if err != nil {
+			t.Fatalf("framed_attach_peer.py: %v", err)
+		}
+		var got peerReport
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("framed_attach_peer.py printed %q: %v", out, err)
+		}
+		if got.FDsReceived != 2 || len(got.Attachments) != 2 || got.Attachments[0].FD == nil || *got.Attachments[1].FD != 1 ||
+			got.Attachments[0].SHA256 != sum(smallBytes) || got.Attachments[1].SHA256 != sum(imageBytes) ||
+			!slices.Equal(got.Attachments[1].Seals, []string{"grow", "seal", "shrink", "write"}) {
+			t.Errorf("framed pair: %+v, want small as fd 0 and image as fd 1, sealed", got)
+		}
+		fc, err := client.DialFramed(ctx, r.cfg.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := fc.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: blobApp + ".image", Attachments: api.AttachmentsFD})
+		if err != nil || len(res.Attachments) != 1 || !bytes.Equal(res.Attachments[0].Data, imageBytes) {
+			t.Errorf("framed Go client: %v", err)
+		}
+		fc.Close()
 		waitFDs(t, base)
 	})
 	waitFDs(t, base)

@@ -508,7 +508,7 @@ for (const key of ["+", "3", "="]) {
 	t.Run("framed: the screen capture through a file descriptor", func(t *testing.T) {
 		// system.capture over the framed stream: the PNG comes as a sealed
 		// memfd passed with the ExecuteResponse frame; inline on request.
-		for _, mode := range []string{"", api.AttachmentsInline} {
+		for _, mode := range []string{api.AttachmentsFD, api.AttachmentsInline} {
 			res, err := framed.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: "system.capture", Params: json.RawMessage(`{"max_long_edge":640}`), Attachments: mode})
 			if err != nil {
 				t.Fatalf("mode %q: %v", mode, err)
