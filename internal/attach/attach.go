@@ -111,17 +111,11 @@ func Inline(atts []api.Attachment) ([]api.AttachmentRef, error) {
 	}
 	refs := make([]api.AttachmentRef, len(atts))
 	for i, a := range atts {
-		refs[i] = api.AttachmentRef{Name: a.Name, MediaType: a.MediaType, Size: int64(len(a.Data)), Data: nonNil(a.Data)}
+		// An empty attachment has no data member (omitempty): its size
+		// 0 says it all.
+		refs[i] = api.AttachmentRef{Name: a.Name, MediaType: a.MediaType, Size: int64(len(a.Data)), Data: a.Data}
 	}
 	return refs, nil
-}
-
-// nonNil keeps an empty attachment's data in the JSON ("data":"").
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
 }
 
 // Pass copies each attachment into a sealed memfd, counted against b.
