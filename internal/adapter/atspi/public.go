@@ -491,7 +491,7 @@ func (a *Adapter) DescribeElement(ctx context.Context, ex *core.Execution) (*cor
 	if err != nil {
 		return nil, err
 	}
-	s := &core.ElementSummary{Action: action, Role: RoleName(ln.role), Name: ln.name, App: ap.name, Value: p.Value}
+	s := &core.ElementSummary{Action: action, Role: RoleName(ln.role), Name: spokenName(ln.name), App: ap.name, Value: p.Value}
 	// The window's title is the cache's; without it the app's name is said.
 	if ap.ensure(ctx, "", 0) == nil {
 		ap.mu.Lock()
@@ -501,6 +501,17 @@ func (a *Adapter) DescribeElement(ctx context.Context, ex *core.Execution) (*cor
 		ap.mu.Unlock()
 	}
 	return s, nil
+}
+
+// spokenName is an element's name as the user is told it. GTK 4.8 names
+// a button after its label twice over (gnome-calculator's "7" is "7 7",
+// its "mod" "mod mod"): a name made of one text, a space and the same
+// text again is said once.
+func spokenName(name string) string {
+	if n := len(name); n >= 3 && n%2 == 1 && name[n/2] == ' ' && name[:n/2] == name[n/2+1:] {
+		return name[:n/2]
+	}
+	return name
 }
 
 // Action performs invoke.action: the element must belong to the surface.
