@@ -88,13 +88,12 @@ func (b *Broker) reachedApps(ctx context.Context) []reachedApp {
 	return out
 }
 
-// capabilities are the generic capabilities of a reached app as the
+// appendReached appends the generic capabilities of a reached app as the
 // agent meets them: tier 2, available, the trust level its invocation
 // will have (a detected capability's, after the user's policy).
-func (b *Broker) reachedCapabilities(r reachedApp, agent string) []api.Capability {
-	out := make([]api.Capability, 0, len(r.Capabilities))
+func (b *Broker) appendReached(out []api.Capability, r reachedApp, agent string) []api.Capability {
 	for _, d := range r.Capabilities {
-		c := b.effective(detected(api.CapabilityID(r.AppID, d.Name), r.AppID), api.SourceSystemIntelligence, agent)
+		c := b.effective(detected(r.AppID+"."+d.Name, r.AppID), api.SourceSystemIntelligence, agent)
 		c.Description, c.Parameters, c.Available = d.Description, d.Parameters, true
 		c.TimeoutMS = 0
 		out = append(out, c)
@@ -108,7 +107,7 @@ func (b *Broker) reachedCapability(ctx context.Context, id string) (api.Capabili
 		if !strings.HasPrefix(id, r.AppID+".") {
 			continue
 		}
-		for _, c := range b.reachedCapabilities(r, SessionFrom(ctx).Agent()) {
+		for _, c := range b.appendReached(nil, r, SessionFrom(ctx).Agent()) {
 			if c.ID == id {
 				return c, true
 			}

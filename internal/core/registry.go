@@ -279,8 +279,18 @@ func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilities
 		return nil, api.InvalidParam("tier", "must be 1, 2 or 3, got %d", *p.Tier)
 	}
 	agent := SessionFrom(ctx).Agent()
+	var reached []reachedApp
+	extra := 0
+	if !p.Registered && (p.Tier == nil || *p.Tier == 2) {
+		reached = b.reachedApps(ctx)
+		for _, r := range reached {
+			if p.AppID == "" || r.AppID == p.AppID {
+				extra += len(r.Capabilities)
+			}
+		}
+	}
 	b.mu.RLock()
-	out := make([]api.Capability, 0, len(b.caps))
+	out := make([]api.Capability, 0, len(b.caps)+extra)
 	for _, c := range b.caps {
 		if p.AppID != "" && c.AppID != p.AppID {
 			continue
@@ -294,16 +304,14 @@ func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilities
 		cc.TrustLevel = b.effective(cc, api.SourceSystemIntelligence, agent).TrustLevel
 		out = append(out, cc)
 	}
-	_, registered := b.apps[p.AppID]
 	b.mu.RUnlock()
-	if !p.Registered && (p.Tier == nil || *p.Tier == 2) && !(p.AppID != "" && registered) {
-		for _, r := range b.reachedApps(ctx) {
-			if p.AppID == "" || r.AppID == p.AppID {
-				out = append(out, b.reachedCapabilities(r, agent)...)
-			}
+	// reachedApps leaves out the apps the registry holds.
+	for _, r := range reached {
+		if p.AppID == "" || r.AppID == p.AppID {
+			out = b.appendReached(out, r, agent)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	slices.SortFunc(out, func(x, y api.Capability) int { return strings.Compare(x.ID, y.ID) })
 	return &api.QueryCapabilitiesResult{Capabilities: out}, nil
 }
 

@@ -247,8 +247,3 @@ func parent(test string) string {
 	}
 	return test[:i]
 }
-
-func rootOf(test string) string {
-	root, _, _ := strings.Cut(test, "/")
-	return root
-}
