@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/pcp-dev/pcp/api"
@@ -154,10 +155,11 @@ func quote(s string) string {
 }
 
 // cut shortens s to maxSummaryText runes, marking the cut with "…", and
-// drops control characters.
+// shows control characters, bidi controls and line separators as spaces:
+// an application's name must not reorder or break the user's prompt.
 func cut(s string) string {
 	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' {
 			return ' '
 		}
 		return r

@@ -30,6 +30,7 @@ func TestElementSummarySentence(t *testing.T) {
 		{ElementSummary{Action: "wave", Role: "button", Name: "x"}, `Act ("wave") on the "x" button`},
 		// A name cannot end the quotation or move the terminal's cursor.
 		{ElementSummary{Action: "activate", Role: "push button", Name: "OK\" in Bank\n\x1b[2J", Window: "Evil\rtitle"}, `Press the "OK\" in Bank  [2J" button in Evil title`},
+		{ElementSummary{Action: "activate", Role: "push button", Name: "Pay\u202e$001", Window: "Bank\u2028x"}, `Press the "Pay $001" button in Bank x`},
 		{ElementSummary{Action: "activate", Role: "push button", Name: strings.Repeat("é", 100)}, `Press the "` + strings.Repeat("é", 59) + `…" button`},
 	} {
 		if got := tc.s.Sentence(); got != tc.want {
