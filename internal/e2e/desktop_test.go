@@ -334,6 +334,11 @@ func TestDesktop(t *testing.T) {
 		if i < 0 || apps.Apps[i].Tier != 2 || apps.Apps[i].Via != "atspi" || apps.Apps[i].State != api.AppRunning || apps.Apps[i].Capabilities != 5 {
 			t.Errorf("pcpctl apps: %+v, want %s running, tier 2 via atspi, 5 capabilities", apps.Apps, calc)
 		}
+		if r := w.mustPCPCTL("apps"); !slices.ContainsFunc(strings.Split(r.stdout, "\n"), func(l string) bool {
+			return slices.Equal(strings.Fields(l), []string{calc, "running", "2", "atspi", "5", "no", "-", "-", "-"})
+		}) {
+			t.Errorf("pcpctl apps lacks the calculator's row (running, tier 2 via atspi, 5 capabilities):\n%s", r.stdout)
+		}
 		r := w.mustPCPCTL("caps", "--app", calc)
 		for _, want := range []string{calc + ".activate", calc + ".read_text", calc + ".select", calc + ".scroll", calc + ".set_value", "auto", "Press, click or toggle"} {
 			if !strings.Contains(r.stdout, want) {
