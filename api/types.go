@@ -110,6 +110,10 @@ type RegisterAdapterResult struct {
 type QueryCapabilitiesParams struct {
 	AppID string `json:"app_id,omitempty"`
 	Tier  *int   `json:"tier,omitempty"`
+	// Registered, PCP's extension, leaves out the generic capabilities
+	// of the apps reached only through accessibility (tier 2, see
+	// App.Via): only the registry's are listed.
+	Registered bool `json:"registered,omitempty"`
 }
 
 // CapabilityID is the id of an app's capability: "<app id>.<name>".
@@ -350,8 +354,13 @@ const (
 
 // App describes a registered or revoked application.
 type App struct {
-	AppID        string `json:"app_id"`
-	State        string `json:"state"`
+	AppID string `json:"app_id"`
+	State string `json:"state"`
+	// Tier is how PCP reaches the app: 1 for an app a manifest registers,
+	// 2 for one reached only through an accessibility adapter (Via);
+	// absent for the daemon's builtins and for revoked apps.
+	Tier         int    `json:"tier,omitempty"`
+	Via          string `json:"via,omitempty"`
 	Capabilities int    `json:"capabilities"`
 	Publisher    string `json:"publisher,omitempty"`
 	Signed       bool   `json:"signed"`

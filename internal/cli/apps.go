@@ -76,9 +76,10 @@ func (e *env) appsCommand() *cobra.Command {
 		}
 		apps := slices.Clone(res.Apps)
 		slices.SortFunc(apps, func(a, b api.App) int { return strings.Compare(a.AppID, b.AppID) })
-		t := newTable(e.stdout, "APP", "STATE", "CAPS", "SIGNED", "PUBLISHER", "REVOKED", "REASON")
+		t := newTable(e.stdout, "APP", "STATE", "TIER", "VIA", "CAPS", "SIGNED", "PUBLISHER", "REVOKED", "REASON")
+		t.fit("PUBLISHER", "REASON")
 		for _, a := range apps {
-			t.row(a.AppID, a.State, strconv.Itoa(a.Capabilities), yesNo(a.Signed), orDash(a.Publisher),
+			t.row(a.AppID, a.State, tierCell(a.Tier), orDash(a.Via), strconv.Itoa(a.Capabilities), yesNo(a.Signed), orDash(a.Publisher),
 				orDash(a.RevokedAt), orDash(truncate(clean(a.Reason), descriptionWidth)))
 		}
 		return t.flush()
@@ -205,6 +206,7 @@ func (e *env) healthCommand() *cobra.Command {
 			}
 			fmt.Fprintln(e.stdout)
 			t = newTable(e.stdout, "ADAPTER", "SURFACE TYPE", "TIERS", "STATUS", "DETAIL")
+			t.fit("DETAIL")
 			for _, a := range h.Adapters {
 				tiers := make([]string, len(a.SupportedTiers))
 				for i, n := range a.SupportedTiers {

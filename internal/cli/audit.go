@@ -52,6 +52,8 @@ func (e *env) auditTailCommand() *cobra.Command {
 			return err
 		}
 		t := newTable(e.stdout, "SEQ", "TIME", "KIND", "ACTOR", "APP", "CAPABILITY", "OUTCOME", "DURATION", "HASH")
+		t.fit("ACTOR", "APP")
+		t.fitStart("CAPABILITY")
 		for _, a := range res.Entries {
 			h := a.Hash
 			if len(h) > hashPrefix {

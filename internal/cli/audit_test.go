@@ -3,8 +3,10 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
@@ -54,5 +56,31 @@ func TestAuditTailFollowsPages(t *testing.T) {
 		if res.Entries[i].Seq != res.Entries[i-1].Seq+1 {
 			t.Fatalf("entries %d and %d: seq %d then %d, want consecutive", i-1, i, res.Entries[i-1].Seq, res.Entries[i].Seq)
 		}
+	}
+}
+
+// The audit table, some 140 columns wide, fits a narrower terminal
+// ($COLUMNS) by cutting its actor, app and capability columns (the
+// capability at its start, keeping its name); through a pipe with no
+// $COLUMNS its rows are whole.
+func TestAuditTableFitsColumns(t *testing.T) {
+	d := startDaemon(t)
+	d.mustRun(t, "invoke", "pcp.inspection.describe_capability", "capability_id=pcp.inspection.recent_events")
+	t.Setenv("COLUMNS", "")
+	full := d.mustRun(t, "audit", "tail", "-n", "1")
+	t.Setenv("COLUMNS", "120")
+	narrow := d.mustRun(t, "audit", "tail", "-n", "1")
+	widest := func(s string) int {
+		n := 0
+		for _, l := range strings.Split(s, "\n") {
+			n = max(n, utf8.RuneCountInString(strings.TrimRight(l, " ")))
+		}
+		return n
+	}
+	if !strings.Contains(full, "pcp.inspection.describe_capability") || widest(full) <= 120 {
+		t.Fatalf("the whole table is %d wide:\n%s", widest(full), full)
+	}
+	if w := widest(narrow); w > 120 || !strings.Contains(narrow, "_capability ") || !strings.Contains(narrow, "SEQ") || !strings.Contains(narrow, "HASH") || !strings.Contains(narrow, "…") {
+		t.Errorf("COLUMNS=120: %d wide:\n%s", w, narrow)
 	}
 }

@@ -131,6 +131,7 @@ signs and verifies capability manifests.`,
 		e.doctorCommand(),
 		e.versionCommand(),
 	)
+	e.addCompletions(root)
 	return root
 }
 

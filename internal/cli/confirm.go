@@ -33,6 +33,7 @@ func (e *env) confirmCommand() *cobra.Command {
 		confs := slices.Clone(res.Confirmations)
 		slices.SortStableFunc(confs, compareConfirmations)
 		t := newTable(e.stdout, "ID", "STATE", "CAPABILITY", "REQUESTER", "EXPIRES", "DESCRIPTION")
+		t.fit("REQUESTER", "DESCRIPTION")
 		for _, c := range confs {
 			t.row(c.ConfirmationID, c.State, c.CapabilityID, orDash(c.Requester), stampTime(c.ExpiresAt),
 				orDash(truncate(clean(c.Description), descriptionWidth)))

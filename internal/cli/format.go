@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,34 +13,157 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // table writes aligned columns. Cells are cleaned of control characters:
 // app ids, labels and descriptions come from apps and must not be able to
 // drive the user's terminal or break the columns.
+//
+// A table fits the terminal's width (termWidth): when its rows are wider,
+// the columns marked free (free text: descriptions, reasons, actors) are
+// cut, the widest first, with an ellipsis, but never below minFreeWidth
+// runes (or their header's width); the other columns (ids, states, times)
+// are never cut. Without a known width the rows are as wide as they need.
 type table struct {
-	tw *tabwriter.Writer
+	w     io.Writer
+	rows  [][]string
+	free  map[int]cut
+	width int // 0: no limit
+	names []string
 }
 
+// cut is how a free column is cut: its end, or for ids whose end says
+// most (a capability's name after its app id), its start.
+type cut int
+
+const (
+	cutEnd cut = iota + 1
+	cutStart
+)
+
+// Table layout: the gap between columns, and the narrowest a free column
+// is cut to.
+const (
+	columnGap    = 2
+	minFreeWidth = 12
+)
+
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)}
+	t := &table{w: w, width: termWidth(w), free: map[int]cut{}, names: header}
 	if len(header) > 0 {
 		t.row(header...)
 	}
 	return t
 }
 
-func (t *table) row(cells ...string) {
-	for i, c := range cells {
-		if i > 0 {
-			t.tw.Write([]byte{'\t'})
+// fit marks the columns, by header name, that may be cut at their end to
+// fit the terminal's width.
+func (t *table) fit(names ...string) { t.mark(cutEnd, names) }
+
+// fitStart marks the columns that may be cut at their start.
+func (t *table) fitStart(names ...string) { t.mark(cutStart, names) }
+
+func (t *table) mark(how cut, names []string) {
+	for _, n := range names {
+		for i, h := range t.names {
+			if h == n {
+				t.free[i] = how
+			}
 		}
-		io.WriteString(t.tw, clean(c))
 	}
-	t.tw.Write([]byte{'\n'})
 }
 
-func (t *table) flush() error { return t.tw.Flush() }
+func (t *table) row(cells ...string) {
+	r := make([]string, len(cells))
+	for i, c := range cells {
+		r[i] = clean(c)
+	}
+	t.rows = append(t.rows, r)
+}
+
+func (t *table) flush() error {
+	widths := t.widths()
+	tw := tabwriter.NewWriter(t.w, 0, 8, columnGap, ' ', 0)
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i > 0 {
+				tw.Write([]byte{'\t'})
+			}
+			switch t.free[i] {
+			case cutEnd:
+				c = truncate(c, widths[i])
+			case cutStart:
+				c = truncateStart(c, widths[i])
+			}
+			io.WriteString(tw, c)
+		}
+		tw.Write([]byte{'\n'})
+	}
+	t.rows = nil
+	return tw.Flush()
+}
+
+// widths returns each column's width once the free columns are cut to
+// fit t.width.
+func (t *table) widths() []int {
+	var widths, floor []int
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	if t.width <= 0 || len(t.free) == 0 {
+		return widths
+	}
+	total := (len(widths) - 1) * columnGap
+	for i, w := range widths {
+		total += w
+		f := minFreeWidth
+		if i < len(t.names) {
+			f = max(f, utf8.RuneCountInString(t.names[i]))
+		}
+		floor = append(floor, f)
+	}
+	for total > t.width {
+		widest := -1
+		for i, w := range widths {
+			if t.free[i] != 0 && w > floor[i] && (widest < 0 || w > widths[widest]) {
+				widest = i
+			}
+		}
+		if widest < 0 {
+			break // as narrow as it reads
+		}
+		widths[widest]--
+		total--
+	}
+	return widths
+}
+
+// termWidth is the width tables fit: $COLUMNS when set, else the width of
+// the terminal w writes to, else 0 (no limit: a pipe or a file gets whole
+// rows).
+func termWidth(w io.Writer) int {
+	if v := os.Getenv("COLUMNS"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	f, ok := w.(interface{ Fd() uintptr })
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil || ws.Col == 0 {
+		return 0
+	}
+	return int(ws.Col)
+}
 
 // clean makes s safe to print on a terminal: control characters, bidi
 // overrides and invalid UTF-8 are shown as Go escapes.
@@ -84,11 +208,29 @@ func validAt(s string, i int) bool {
 
 // truncate shortens s to at most n runes, marking the cut.
 func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
+	if n < 1 || utf8.RuneCountInString(s) <= n {
 		return s
 	}
 	r := []rune(s)
-	return string(r[:n-1]) + "…"
+	return strings.TrimRight(string(r[:n-1]), " ") + "…"
+}
+
+// tierCell shows an app's tier, "-" for none (builtins, revoked apps).
+func tierCell(tier int) string {
+	if tier == 0 {
+		return "-"
+	}
+	return strconv.Itoa(tier)
+}
+
+// truncateStart shortens s to at most n runes from its end, marking the
+// cut.
+func truncateStart(s string, n int) string {
+	if n < 1 || utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return "…" + strings.TrimLeft(string(r[len(r)-n+1:]), " ")
 }
 
 // orDash shows an empty cell as "-".

@@ -31,6 +31,7 @@ func (e *env) jobsCommand() *cobra.Command {
 			return err
 		}
 		t := newTable(e.stdout, "ID", "STATE", "CAPABILITY", "RUN AT", "UPDATED", "REASON")
+		t.fit("REASON")
 		for _, j := range res.Jobs {
 			t.row(j.JobID, j.State, j.CapabilityID, stampTime(j.RunAt), stampTime(j.UpdatedAt),
 				orDash(truncate(clean(j.Reason), descriptionWidth)))

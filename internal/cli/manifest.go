@@ -268,6 +268,7 @@ func (e *env) checkCommand() *cobra.Command {
 			return err
 		}
 		t := newTable(e.stdout, "CAPABILITY", "TIER", "TRUST", "PARAMETERS", "DESCRIPTION")
+		t.fit("PARAMETERS", "DESCRIPTION")
 		for _, c := range m.Capabilities {
 			params := make([]string, len(c.Parameters))
 			for i, p := range c.Parameters {

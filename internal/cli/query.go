@@ -27,8 +27,10 @@ func (e *env) capsCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "caps [--app ID] [--tier N]",
-		Short: "List registered capabilities (query.capabilities)",
-		Args:  cobra.NoArgs,
+		Short: "List capabilities (query.capabilities)",
+		Long: `List capabilities: those apps register, and the generic ones (activate,
+set_value, ...) of the apps pcpd reaches only through accessibility (tier 2).`,
+		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&appID, "app", "", "only this app's capabilities")
 	cmd.Flags().IntVar(&tier, "tier", 0, "only capabilities of this tier")
@@ -68,6 +70,7 @@ func (e *env) capsCommand() *cobra.Command {
 		caps := slices.Clone(res.Capabilities)
 		slices.SortFunc(caps, func(a, b api.Capability) int { return strings.Compare(a.ID, b.ID) })
 		t := newTable(e.stdout, "ID", "TRUST", "TIER", "AVAILABLE", "DESCRIPTION")
+		t.fit("DESCRIPTION")
 		for _, c := range caps {
 			t.row(c.ID, c.TrustLevel, strconv.Itoa(c.Tier), yesNo(c.Available), truncate(clean(c.Description), descriptionWidth))
 		}

@@ -113,3 +113,54 @@ trust_level = "auto"
 		})
 	}
 }
+
+// BenchmarkQueryCapabilities measures what listing the apps an
+// accessibility adapter reaches (20 apps, 5 generic capabilities each,
+// the adapter answering from memory) adds to query.capabilities, against
+// the registry's capabilities alone on the same broker in the same run.
+func BenchmarkQueryCapabilities(b *testing.B) {
+	st, err := store.OpenMemory(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	br, err := New(context.Background(), Config{Apps: st, Audit: st, Journal: st, Jobs: st, LivenessInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Close()
+	if err := br.AddService(pingService{}); err != nil {
+		b.Fatal(err)
+	}
+	decls := make([]api.CapabilityDecl, 0, 5)
+	for _, a := range []string{"activate", "read_text", "scroll", "select", "set_value"} {
+		decls = append(decls, api.CapabilityDecl{Name: a, Tier: 2, TrustLevel: api.TrustConfirm, Description: a,
+			Parameters: []api.ParamDecl{{Name: "element_id", Type: api.TypeString}}})
+	}
+	var reach []ReachableApp
+	for i := range 20 {
+		reach = append(reach, ReachableApp{AppID: "atspi.app-" + string(rune('a'+i)), Capabilities: decls})
+	}
+	if err := br.AddAccessibilityAdapter(&listingAccess{fakeAccess: &fakeAccess{id: "atspi", calls: &calls{}}, apps: reach}, 1); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		p    *api.QueryCapabilitiesParams
+		want int
+	}{
+		{"registry", &api.QueryCapabilitiesParams{Registered: true}, 1},
+		{"with-reached", &api.QueryCapabilitiesParams{}, 1 + 20*5},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := br.QueryCapabilities(ctx, bc.p)
+				if err != nil || len(res.Capabilities) != bc.want {
+					b.Fatalf("%d capabilities, %v; want %d", len(res.Capabilities), err, bc.want)
+				}
+			}
+		})
+	}
+}

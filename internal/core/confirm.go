@@ -63,8 +63,9 @@ type confirmation struct {
 // caller presented an approved, unused confirmation of exactly this
 // invocation (which it consumes), and otherwise the error to answer:
 // CONFIRMATION_REQUIRED (a new confirmation, or the still pending one),
-// CONFIRMATION_DENIED or CONFIRMATION_EXPIRED.
-func (b *Broker) confirmGate(ctx context.Context, p *api.InvokeCapabilityParams, c *api.Capability) error {
+// CONFIRMATION_DENIED or CONFIRMATION_EXPIRED. describe gives a new
+// confirmation's description; it is called only when one is opened.
+func (b *Broker) confirmGate(ctx context.Context, p *api.InvokeCapabilityParams, c *api.Capability, describe func() string) error {
 	sess := SessionFrom(ctx)
 	digest := audit.ParamsDigest(p.Params)
 	if p.ConfirmationID != "" && sess != nil {
@@ -125,7 +126,7 @@ func (b *Broker) confirmGate(ctx context.Context, p *api.InvokeCapabilityParams,
 		}
 		b.confMu.Unlock()
 	}
-	return b.requestConfirmation(ctx, p, c, digest)
+	return b.requestConfirmation(ctx, p, c, digest, describe)
 }
 
 func confirmationRequired(info api.Confirmation) error {
@@ -141,11 +142,14 @@ func confirmationRequired(info api.Confirmation) error {
 
 // requestConfirmation opens a new confirmation and answers
 // CONFIRMATION_REQUIRED with it.
-func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilityParams, c *api.Capability, digest string) error {
+func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilityParams, c *api.Capability, digest string, describe func() string) error {
 	sess := SessionFrom(ctx)
 	if sess == nil {
 		return api.Errorf(api.CodePermissionDenied, map[string]any{"capability_id": c.ID}, "%s needs the user's confirmation, which needs a connection", c.ID)
 	}
+	// Described before the table is swept and bounded: an adapter may
+	// take a while to say which element the action is on.
+	description := describe()
 	// Forget what expired or was decided long ago, so the table stays
 	// bounded even if nobody lists it.
 	b.sweepConfirmations()
@@ -157,7 +161,7 @@ func (b *Broker) requestConfirmation(ctx context.Context, p *api.InvokeCapabilit
 			CapabilityID:     c.ID,
 			AppID:            c.AppID,
 			ConfirmationType: confirmationType(c),
-			Description:      describe(c, p.Params),
+			Description:      description,
 			UndoWindowMS:     c.UndoWindowMS,
 			State:            api.ConfirmPending,
 			Requester:        sess.Actor(),

@@ -22,11 +22,7 @@ func (b *Broker) Detect(ctx context.Context, appID string) (*api.DetectionResult
 		return nil, err
 	}
 	res := &api.DetectionResult{AppID: appID}
-	apps, err := b.Apps(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, a := range apps.Apps {
+	for _, a := range b.registeredApps() {
 		if a.AppID != appID {
 			continue
 		}

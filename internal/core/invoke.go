@@ -247,7 +247,7 @@ func (b *Broker) applyTrust(ctx context.Context, inv *invocation) (*api.Capabili
 				return nil, err
 			}
 		}
-		if err := b.confirmGate(ctx, p, c); err != nil {
+		if err := b.confirmGate(ctx, p, c, func() string { return b.describeInvocation(ctx, inv) }); err != nil {
 			return nil, err
 		}
 		if c.UndoWindowMS > 0 {

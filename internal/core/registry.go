@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -271,13 +272,25 @@ func (b *Broker) announceRegistration(r *registration) {
 }
 
 // QueryCapabilities lists capabilities, optionally of one app and tier,
-// sorted by id.
+// sorted by id: the registry's, and unless p.Registered the generic
+// capabilities of the apps reached through accessibility (reach.go).
 func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilitiesParams) (*api.QueryCapabilitiesResult, error) {
 	if p.Tier != nil && (*p.Tier < 1 || *p.Tier > 3) {
 		return nil, api.InvalidParam("tier", "must be 1, 2 or 3, got %d", *p.Tier)
 	}
+	agent := SessionFrom(ctx).Agent()
+	var reached []reachedApp
+	extra := 0
+	if !p.Registered && (p.Tier == nil || *p.Tier == 2) {
+		reached = b.reachedApps(ctx)
+		for _, r := range reached {
+			if p.AppID == "" || r.AppID == p.AppID {
+				extra += len(r.Capabilities)
+			}
+		}
+	}
 	b.mu.RLock()
-	out := make([]api.Capability, 0, len(b.caps))
+	out := make([]api.Capability, 0, len(b.caps)+extra)
 	for _, c := range b.caps {
 		if p.AppID != "" && c.AppID != p.AppID {
 			continue
@@ -288,36 +301,52 @@ func (b *Broker) QueryCapabilities(ctx context.Context, p *api.QueryCapabilities
 		cc := c.Capability
 		cc.Available = c.app.provider != nil
 		// The trust level the agent will meet, after the user's policy.
-		cc.TrustLevel = b.effective(cc, api.SourceSystemIntelligence, SessionFrom(ctx).Agent()).TrustLevel
+		cc.TrustLevel = b.effective(cc, api.SourceSystemIntelligence, agent).TrustLevel
 		out = append(out, cc)
 	}
 	b.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	// reachedApps leaves out the apps the registry holds.
+	for _, r := range reached {
+		if p.AppID == "" || r.AppID == p.AppID {
+			out = b.appendReached(out, r, agent)
+		}
+	}
+	slices.SortFunc(out, func(x, y api.Capability) int { return strings.Compare(x.ID, y.ID) })
 	return &api.QueryCapabilitiesResult{Capabilities: out}, nil
 }
 
-// Apps lists registered, builtin and revoked applications.
+// Apps lists registered, builtin and revoked applications, and those
+// reached only through accessibility (reach.go).
 func (b *Broker) Apps(ctx context.Context) (*api.AppsListResult, error) {
+	out := b.registeredApps()
+	for _, r := range b.reachedApps(ctx) {
+		out = append(out, api.App{AppID: r.AppID, State: api.AppRunning, Tier: 2, Via: r.via, Capabilities: len(r.Capabilities)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AppID < out[j].AppID })
+	return &api.AppsListResult{Apps: out}, nil
+}
+
+// registeredApps lists the registry's apps and the revoked ones, unsorted.
+func (b *Broker) registeredApps() []api.App {
 	b.mu.RLock()
+	defer b.mu.RUnlock()
 	out := make([]api.App, 0, len(b.apps)+len(b.revoked))
 	for _, a := range b.apps {
-		st := api.AppNotRunning
+		st, tier := api.AppNotRunning, 1
 		switch {
 		case a.builtin:
-			st = api.AppBuiltin
+			st, tier = api.AppBuiltin, 0
 		case a.owner != nil && a.owner.unresponsive.Load():
 			st = api.AppUnresponsive
 		case a.provider != nil:
 			st = api.AppRunning
 		}
-		out = append(out, api.App{AppID: a.id, State: st, Capabilities: len(a.capIDs), Publisher: a.publisher, Signed: a.signed})
+		out = append(out, api.App{AppID: a.id, State: st, Tier: tier, Capabilities: len(a.capIDs), Publisher: a.publisher, Signed: a.signed})
 	}
 	for _, r := range b.revoked {
 		out = append(out, api.App{AppID: r.AppID, State: api.AppRevoked, RevokedAt: r.RevokedAt.UTC().Format(time.RFC3339), Reason: r.Reason})
 	}
-	b.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].AppID < out[j].AppID })
-	return &api.AppsListResult{Apps: out}, nil
+	return out
 }
 
 // RevokeApp removes an app's capabilities, ends its subscriptions and
@@ -346,6 +375,11 @@ func (b *Broker) RevokeApp(ctx context.Context, p *api.RevokeAppParams) (*api.Re
 	_, known := b.apps[p.AppID]
 	_, already := b.revoked[p.AppID]
 	b.mu.RUnlock()
+	if !known && !already {
+		// An app reached through accessibility may be revoked too: then
+		// no capability of it is detected until the user allows it.
+		known = slices.ContainsFunc(b.reachedApps(ctx), func(r reachedApp) bool { return r.AppID == p.AppID })
+	}
 	if !known && !already {
 		return nil, api.Errorf(api.CodeAppNotFound, map[string]any{"app_id": p.AppID}, "app %s is not registered", p.AppID)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/pcp-dev/pcp/api"
 )
@@ -107,7 +109,12 @@ func (b *Broker) tier3Action(ctx context.Context, p *api.InvokeActionParams, aer
 	}
 	raw, _ := json.Marshal(click)
 	app, _ := api.CapabilityAppID(capID)
-	cres, err := b.InvokeCapability(context.WithValue(ctx, trustOverrideKey{}, trustOverride{capID, level.Value}), &api.InvokeCapabilityParams{
+	// The user is told which element the click is for, not only where.
+	_, pointer, _ := strings.Cut(capID, "system.input.")
+	what := &ElementSummary{Action: pointer, Role: el.Root.Role, Name: el.Root.Label, Window: surf.Title, App: surf.AppID}
+	ictx := context.WithValue(ctx, trustOverrideKey{}, trustOverride{capID, level.Value})
+	ictx = context.WithValue(ictx, describeOverrideKey{}, describeOverride{capID, fmt.Sprintf("%s, at (%d, %d) on the screen", what.Sentence(), x, y)})
+	cres, err := b.InvokeCapability(ictx, &api.InvokeCapabilityParams{
 		CapabilityID: capID, AppID: app, Source: api.SourceSystemIntelligence, Params: raw, ConfirmationID: p.ConfirmationID, WaitMS: p.WaitMS})
 	if err != nil {
 		return nil, true, err

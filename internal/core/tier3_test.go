@@ -20,11 +20,11 @@ func (a *actionless) Surface(_ context.Context, id string) (*api.Surface, error)
 	if id != "atspi.app/1" {
 		return nil, api.Errorf(api.CodeSurfaceNotFound, nil, "no %s", id)
 	}
-	return &api.Surface{SurfaceID: id, AppID: "atspi.app", Geometry: &api.Bounds{X: 100, Y: 50, W: 400, H: 300}, Tier: 2}, nil
+	return &api.Surface{SurfaceID: id, AppID: "atspi.app", Title: "Editor", Geometry: &api.Bounds{X: 100, Y: 50, W: 400, H: 300}, Tier: 2}, nil
 }
 
 func (a *actionless) Elements(context.Context, *api.QueryElementsParams) (*api.QueryElementsResult, error) {
-	return &api.QueryElementsResult{Root: api.Element{ID: "e1", Role: "check box", Bounds: &api.Bounds{X: 10, Y: 20, W: 40, H: 10}}}, nil
+	return &api.QueryElementsResult{Root: api.Element{ID: "e1", Role: "check box", Label: "Bold", Bounds: &api.Bounds{X: 10, Y: 20, W: 40, H: 10}}}, nil
 }
 
 func (a *actionless) Action(context.Context, *api.InvokeActionParams) (*api.InvokeActionResult, error) {
@@ -110,6 +110,10 @@ func TestTier3Fallback(t *testing.T) {
 				raw, _ := json.Marshal(pe.Data)
 				if !strings.Contains(string(raw), "system.input.click") {
 					t.Fatalf("the confirmation: %s", raw)
+				}
+				// The user is told which element the click is for.
+				if got, want := pe.DataMap()["description"], `Click the "Bold" check box in Editor, at (130, 75) on the screen`; got != want {
+					t.Errorf("description %q, want %q", got, want)
 				}
 			}
 		})

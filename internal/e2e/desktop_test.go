@@ -43,7 +43,9 @@ func TestDesktop(t *testing.T) {
 	// The agent may act in these two apps without asking; everything else
 	// detected through accessibility still needs the user's confirmation.
 	w, agent := desktopPCPD(t, d, "[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n[apps.\"atspi.gnome-calculator\"]\ntrust_level = \"auto\"\n"+
-		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n")
+		"[apps.\"system\".capabilities.capture]\ntrust_level = \"auto\"\n"+
+		// One way of pressing a key stays the user's to approve.
+		"[apps.\"atspi.gnome-calculator\".capabilities.\"activate.asked\"]\ntrust_level = \"confirm\"\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	framed, err := client.DialFramed(ctx, w.socket)
@@ -324,6 +326,34 @@ func TestDesktop(t *testing.T) {
 		var fe *client.FrameError
 		if !errors.As(err, &fe) || fe.Status != 409 || !errors.Is(err, api.ErrTargetAmbiguous) {
 			t.Fatalf("ambiguous press: %v, want ErrorResponse 409 TARGET_AMBIGUOUS", err)
+		}
+	})
+
+	t.Run("Tier 2 apps are listed, and a confirmation names the element", func(t *testing.T) {
+		var apps api.AppsListResult
+		w.pcpctlJSON(&apps, "apps")
+		i := slices.IndexFunc(apps.Apps, func(a api.App) bool { return a.AppID == calc })
+		if i < 0 || apps.Apps[i].Tier != 2 || apps.Apps[i].Via != "atspi" || apps.Apps[i].State != api.AppRunning || apps.Apps[i].Capabilities != 5 {
+			t.Errorf("pcpctl apps: %+v, want %s running, tier 2 via atspi, 5 capabilities", apps.Apps, calc)
+		}
+		if r := w.mustPCPCTL("apps"); !slices.ContainsFunc(strings.Split(r.stdout, "\n"), func(l string) bool {
+			return slices.Equal(strings.Fields(l), []string{calc, "running", "2", "atspi", "5", "no", "-", "-", "-"})
+		}) {
+			t.Errorf("pcpctl apps lacks the calculator's row (running, tier 2 via atspi, 5 capabilities):\n%s", r.stdout)
+		}
+		r := w.mustPCPCTL("caps", "--app", calc)
+		for _, want := range []string{calc + ".activate", calc + ".read_text", calc + ".select", calc + ".scroll", calc + ".set_value", "auto", "Press, click or toggle"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("pcpctl caps --app %s lacks %q:\n%s", calc, want, r.stdout)
+			}
+		}
+		_, err := act(calc+".activate.asked", map[string]any{"role": "push button", "name": "7"})
+		e := api.AsError(err)
+		if e == nil || e.Code != api.CodeConfirmationRequired || e.DataMap()["description"] != `Press the "7" button in Calculator` {
+			t.Fatalf("a key press the user approves: %v %v, want CONFIRMATION_REQUIRED pressing the \"7\" button", err, e.DataMap())
+		}
+		if r := w.mustPCPCTL("confirm", "deny", "--last"); !strings.HasPrefix(r.stdout, "denied ") || !strings.Contains(r.stdout, `button in Calculator`) {
+			t.Errorf("pcpctl confirm deny --last: %s", r.stdout)
 		}
 	})
 

@@ -48,7 +48,7 @@ func rcol(key, label string) Column { return Column{Key: key, Label: label, Alig
 
 // Columns shared by several views.
 var (
-	appColumns = []Column{col("app_id", "App"), col("state", "State"), rcol("capabilities", "Capabilities"),
+	appColumns = []Column{col("app_id", "App"), col("state", "State"), rcol("tier", "Tier"), col("via", "Via"), rcol("capabilities", "Capabilities"),
 		col("signed", "Signed"), col("publisher", "Publisher"), col("revoked_at", "Revoked at"), col("reason", "Reason")}
 	capabilityColumns = []Column{col("id", "Capability"), col("trust_level", "Trust"), rcol("tier", "Tier"),
 		col("available", "Available"), col("description", "Description")}

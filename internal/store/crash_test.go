@@ -15,18 +15,24 @@ import (
 	"github.com/pcp-dev/pcp/api"
 )
 
-// crashEnv names the database file TestCrashChild appends to; the child
-// runs only when it is set.
+// crashEnv names the database file the crash child appends to; the test
+// binary is the child when it is set.
 const crashEnv = "PCP_STORE_CRASH_CHILD_DB"
 
-// TestCrashChild is the process TestCrash kills. It appends from several
-// goroutines and prints "ack SEQ HASH" once AppendAudit has returned, that
-// is, once the entry is committed.
-func TestCrashChild(t *testing.T) {
-	path := os.Getenv(crashEnv)
-	if path == "" {
-		t.Skip("helper process for TestCrash")
+// TestMain runs the crash child instead of the tests when crashEnv is
+// set: the child is no test of its own, so a run of the package skips
+// nothing.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(crashEnv); path != "" {
+		crashChild(path)
 	}
+	os.Exit(m.Run())
+}
+
+// crashChild is the process TestCrash kills. It appends from several
+// goroutines and prints "ack SEQ HASH" once AppendAudit has returned, that
+// is, once the entry is committed. It never returns.
+func crashChild(path string) {
 	s, err := Open(context.Background(), path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -62,7 +68,7 @@ func TestCrash(t *testing.T) {
 		t.Skip("starts a child process")
 	}
 	path := filepath.Join(t.TempDir(), "pcp.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), crashEnv+"="+path)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

@@ -19,6 +19,7 @@ import (
 var (
 	_ core.Adapter              = (*Adapter)(nil)
 	_ core.AccessibilityAdapter = (*Adapter)(nil)
+	_ core.ElementDescriber     = (*Adapter)(nil)
 )
 
 // surfaceNotFound is SURFACE_NOT_FOUND, which tells the broker to ask the
@@ -475,6 +476,69 @@ func (a *Adapter) Execute(ctx context.Context, ex *core.Execution) (*api.Capabil
 		return nil, err
 	}
 	return &api.CapabilityResult{Status: api.StatusSuccess, Data: raw}, nil
+}
+
+// DescribeElement says which element an execution would act on, for its
+// confirmation (core.ElementDescriber): the element its parameters name
+// (resolved as Execute would, waiting as long for a target), its live
+// role and name, the title of its window and the application's name. It
+// reads and never acts.
+func (a *Adapter) DescribeElement(ctx context.Context, ex *core.Execution) (*core.ElementSummary, error) {
+	p, err := parseExecParams(ex.Params)
+	if err != nil {
+		return nil, err
+	}
+	action, err := actionOf(ex, p)
+	if err != nil {
+		return nil, err
+	}
+	el := ex.Element
+	if el == nil {
+		if el, err = a.ResolveElement(ctx, ex); err != nil {
+			return nil, err
+		}
+	}
+	path := dbus.ObjectPath(el.AccessiblePath)
+	if !path.IsValid() {
+		return nil, api.InvalidParam("params.accessible_path", "%q is not an object path", el.AccessiblePath)
+	}
+	var ap *app
+	if el.BusName != "" {
+		ap, err = a.appByBus(ctx, el.BusName)
+	} else {
+		ap, err = a.appByID(ctx, ex.Capability.AppID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ln, err := ap.fetchLive(ctx, path)
+	if err == errGone {
+		return nil, elementNotFound(ElementID(ap.bus, path), "it no longer exists")
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &core.ElementSummary{Action: action, Role: RoleName(ln.role), Name: spokenName(ln.name), App: ap.name, Value: p.Value}
+	// The window's title is the cache's; without it the app's name is said.
+	if ap.ensure(ctx, "", 0) == nil {
+		ap.mu.Lock()
+		if n := ap.nodes[ap.surfaceOfLocked(path)]; n != nil && n.path != path {
+			s.Window = n.name
+		}
+		ap.mu.Unlock()
+	}
+	return s, nil
+}
+
+// spokenName is an element's name as the user is told it. GTK 4.8 names
+// a button after its label twice over (gnome-calculator's "7" is "7 7",
+// its "mod" "mod mod"): a name made of one text, a space and the same
+// text again is said once.
+func spokenName(name string) string {
+	if n := len(name); n >= 3 && n%2 == 1 && name[n/2] == ' ' && name[:n/2] == name[n/2+1:] {
+		return name[:n/2]
+	}
+	return name
 }
 
 // Action performs invoke.action: the element must belong to the surface.

@@ -73,9 +73,11 @@ func toolName(id string) string {
 
 // resync makes the exposed tools those of the registry now: a tool per
 // capability the agent may call (not deny), whose schema, trust level
-// and description are the current ones.
+// and description are the current ones. The registry's alone: an app
+// reached only through accessibility is acted on with pcp_act, and its
+// listing changes with no registry event to resync on.
 func (x *exposer) resync() {
-	caps, err := x.s.b.QueryCapabilities(core.WithSession(context.Background(), x.sess), &api.QueryCapabilitiesParams{})
+	caps, err := x.s.b.QueryCapabilities(core.WithSession(context.Background(), x.sess), &api.QueryCapabilitiesParams{Registered: true})
 	if err != nil {
 		return
 	}

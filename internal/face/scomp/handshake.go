@@ -90,7 +90,9 @@ func (c *conn) handshake(ctx context.Context, raw json.RawMessage) (any, error) 
 		order = append(order, b.Name)
 	}
 	cctx := core.WithSession(ctx, c.sess)
-	caps, err := c.s.b.QueryCapabilities(cctx, &api.QueryCapabilitiesParams{})
+	// The registry's capabilities: the generic ones of the apps reached
+	// through accessibility are not bound (they are acted on by element).
+	caps, err := c.s.b.QueryCapabilities(cctx, &api.QueryCapabilitiesParams{Registered: true})
 	if err != nil {
 		return nil, err
 	}
