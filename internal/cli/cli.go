@@ -129,6 +129,8 @@ signs and verifies capability manifests.`,
 		e.mcpCommand(),
 		e.scompCommand(),
 		e.doctorCommand(),
+		e.installCommand(),
+		e.uninstallCommand(),
 		e.versionCommand(),
 	)
 	return root
