@@ -42,19 +42,21 @@ func Units(pcpd string) ([]Unit, error) {
 	if !filepath.IsAbs(pcpd) {
 		return nil, fmt.Errorf("pcpd's path %q is not absolute", pcpd)
 	}
-	if strings.ContainsAny(pcpd, "\n\r") {
-		return nil, fmt.Errorf("pcpd's path %q holds a line break", pcpd)
+	// systemd refuses to run an executable whose path holds a quote, a
+	// backslash or a control character.
+	if i := strings.IndexFunc(pcpd, func(r rune) bool { return r < 0x20 || r == 0x7f || strings.ContainsRune(`"'\`, r) }); i >= 0 {
+		return nil, fmt.Errorf("pcpd's path %q holds %q, which systemd does not take in an executable's path; install pcpd elsewhere", pcpd, pcpd[i])
 	}
 	svc := strings.Replace(serviceUnit, "@PCPD@", execQuote(pcpd), 1)
 	return []Unit{{Name: SocketUnit, Content: []byte(socketUnit)}, {Name: ServiceUnit, Content: []byte(svc)}}, nil
 }
 
-// execQuote quotes a path for ExecStart=: double quotes around it, with
-// the backslash and the quote escaped as in C, and the specifier and
-// variable characters doubled so that systemd takes them literally.
+// execQuote quotes a path for ExecStart=: double quotes around it (for
+// spaces), and '%' doubled so that systemd does not read a specifier.
+// Units has refused the characters that would need more ('$' is literal
+// in the executable's name).
 func execQuote(p string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, `%`, `%%`, `$`, `$$`)
-	return `"` + r.Replace(p) + `"`
+	return `"` + strings.ReplaceAll(p, "%", "%%") + `"`
 }
 
 // UserDir is where a user's own units go: $XDG_CONFIG_HOME/systemd/user,
