@@ -90,6 +90,10 @@ fails. A check that cannot run says why, as a warn.
 
   daemon            pcpd answers health.check on the agent socket; its version
   control socket    pcpd answers on the user's control socket
+  systemd units     where a systemd user manager runs: pcpd.socket and pcpd.service
+                    are installed (pcpctl install --user), current, enabled and
+                    active, and the manager holds DISPLAY and DBUS_SESSION_BUS_ADDRESS
+                    (a warning only: pcpd started by hand serves as well)
   socket dir        the sockets' directory is the user's and not group or world writable
   state dir         likewise for the state directory (--state-dir)
   trust dir         the trusted publisher keys' directory exists and holds keys (--trust-dir)
@@ -149,7 +153,7 @@ func (d *doctor) run(ctx context.Context) error {
 	}
 	var r doctorReport
 	add := func(cs ...check) { r.Checks = append(r.Checks, cs...) }
-	add(d.checkDaemon(ctx), d.checkControl(ctx))
+	add(d.checkDaemon(ctx), d.checkControl(ctx), d.checkSystemd(ctx))
 	add(d.checkDir("socket dir", filepath.Dir(d.e.socket)))
 	if cd := filepath.Dir(d.e.controlSocket); cd != filepath.Dir(d.e.socket) {
 		add(d.checkDir("control socket dir", cd))
@@ -206,7 +210,7 @@ func probe(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, doctorProbeTimeout)
 }
 
-const startPCPD = "start pcpd (pcpd &, or systemctl --user start pcpd)"
+const startPCPD = "start pcpd (pcpd &; or pcpctl install --user, and systemd starts it with the session)"
 
 func (d *doctor) checkDaemon(ctx context.Context) check {
 	c := check{Name: "daemon"}
@@ -219,7 +223,7 @@ func (d *doctor) checkDaemon(ctx context.Context) check {
 	d.agent = cl
 	h, err := cl.Health(ctx)
 	if err != nil {
-		return fail(c, fmt.Sprintf("health.check on %s: %v", d.e.socket, err), "restart pcpd; its log says why it does not answer")
+		return fail(c, fmt.Sprintf("health.check on %s: %v", d.e.socket, err), "restart pcpd; its log says why it does not answer (journalctl --user -u pcpd.service when systemd runs it)")
 	}
 	d.health = h
 	c.Status, c.Detail = checkOK, fmt.Sprintf("pcpd %s on %s, %s", h.Version, d.e.socket, h.Status)
