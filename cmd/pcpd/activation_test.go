@@ -457,3 +457,114 @@ func TestListenEnvErrors(t *testing.T) {
 		})
 	}
 }
+
+// The time from a client's first connection to pcpd's first reply when
+// the manager starts pcpd on that connection ("activated"), beside the
+// time from starting pcpd by hand to the first reply once it says it is
+// ready ("started", the baseline: the same process start, store open and
+// request, with nothing between them but pcpd's READY=1).
+func BenchmarkFirstReply(b *testing.B) {
+	ssa, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		b.Fatal("systemd-socket-activate is not installed (Debian's systemd package; scripts/test installs it)")
+	}
+	dir, err := os.MkdirTemp("", "pcpbench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	run := filepath.Join(dir, "run")
+	if err := os.MkdirAll(filepath.Join(run, "pcp"), 0o700); err != nil {
+		b.Fatal(err)
+	}
+	os.Chmod(run, 0o700)
+	nsock := filepath.Join(dir, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: nsock, Net: "unixgram"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer notify.Close()
+	env := []string{"XDG_RUNTIME_DIR=" + run, "HOME=" + dir, "XDG_STATE_HOME=" + filepath.Join(dir, "state"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "NOTIFY_SOCKET=" + nsock}
+	pcpdArgs := []string{"--atspi=false", "--x11=false", "--notify=false", "--log-level=error"}
+	agentSock := filepath.Join(run, "pcp", "pcp.sock")
+	waitNotify := func(want string) {
+		notify.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 256)
+		for {
+			n, err := notify.Read(buf)
+			if err != nil {
+				b.Fatalf("waiting for %s: %v", want, err)
+			}
+			if string(buf[:n]) == want {
+				return
+			}
+		}
+	}
+	health := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, agentSock, client.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Health(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	stop := func(cmd *exec.Cmd) {
+		cmd.Process.Signal(syscall.SIGTERM)
+		waitNotify("STOPPING=1")
+		cmd.Wait()
+	}
+
+	b.Run("started", func(b *testing.B) {
+		for b.Loop() {
+			cmd := exec.Command(pcpdBin, pcpdArgs...)
+			cmd.Env = append(os.Environ(), env...)
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			waitNotify("READY=1")
+			health()
+			b.StopTimer()
+			stop(cmd)
+			b.StartTimer()
+		}
+	})
+	b.Run("activated", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			args := []string{"--listen=" + agentSock, "--listen=" + filepath.Join(run, "pcp", "control.sock"), "--fdname=agent:control"}
+			for _, kv := range env {
+				args = append(args, "--setenv="+kv)
+			}
+			cmd := exec.Command(ssa, append(append(args, pcpdBin), pcpdArgs...)...)
+			pipe, err := cmd.StderrPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			sc := bufio.NewScanner(pipe)
+			for n := 0; n < 2 && sc.Scan(); {
+				if strings.Contains(sc.Text(), "Listening on ") {
+					n++
+				}
+			}
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			b.StartTimer()
+			health()
+			b.StopTimer()
+			waitNotify("READY=1")
+			stop(cmd)
+			os.Remove(agentSock)
+			os.Remove(filepath.Join(run, "pcp", "control.sock"))
+			b.StartTimer()
+		}
+	})
+}

@@ -96,6 +96,7 @@ fails. A check that cannot run says why, as a warn.
                     (a warning only: pcpd started by hand serves as well)
   socket dir        the sockets' directory is the user's and not group or world writable
   state dir         likewise for the state directory (--state-dir)
+  socket files      the agent and control sockets are yours and no one else may connect
   trust dir         the trusted publisher keys' directory exists and holds keys (--trust-dir)
   policy            the policy file pcpd uses loads (--policy)
   audit chain       audit.verify finds the audit log's hash chain unbroken
@@ -159,6 +160,7 @@ func (d *doctor) run(ctx context.Context) error {
 		add(d.checkDir("control socket dir", cd))
 	}
 	add(d.checkDir("state dir", d.stateDir))
+	add(d.checkSocketFiles())
 	add(d.checkTrustDir(), d.checkPolicy(ctx, config), d.checkAudit(ctx))
 	add(d.checkSessionBus(), d.checkA11yBus(), d.checkGTK(), d.checkRootProperty(), d.checkQt())
 	add(d.checkDisplay())
@@ -278,6 +280,37 @@ func (d *doctor) checkDir(name, dir string) check {
 		return fail(c, fmt.Sprintf("%s is %#o: others may write in it", dir, m), "chmod go-w "+dir)
 	}
 	return ok(c, fmt.Sprintf("%s (%#o, yours)", dir, fi.Mode().Perm()))
+}
+
+// checkSocketFiles checks that the agent and control sockets, where they
+// exist, are sockets of the user's that no one else may connect to
+// (connecting takes write permission).
+func (d *doctor) checkSocketFiles() check {
+	c := check{Name: "socket files"}
+	var seen []string
+	for _, p := range []string{d.e.socket, d.e.controlSocket} {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return warn(c, err.Error(), "make "+filepath.Dir(p)+" readable by you")
+		}
+		if fi.Mode().Type() != fs.ModeSocket {
+			return fail(c, fmt.Sprintf("%s is a %v, not a socket", p, fi.Mode().Type()), "remove "+p+" and restart pcpd")
+		}
+		if st, _ := fi.Sys().(*syscall.Stat_t); st != nil && int(st.Uid) != os.Getuid() {
+			return fail(c, fmt.Sprintf("%s belongs to uid %d, not you (uid %d)", p, st.Uid, os.Getuid()), "remove "+p+" and restart pcpd")
+		}
+		if m := fi.Mode().Perm(); m&0o022 != 0 {
+			return fail(c, fmt.Sprintf("%s is %#o: others may connect", p, m), "chmod 600 "+p+" (and SocketMode=0600 in a socket unit of your own)")
+		}
+		seen = append(seen, fmt.Sprintf("%s (%#o)", p, fi.Mode().Perm()))
+	}
+	if len(seen) == 0 {
+		return warn(c, "no socket at "+d.e.socket+" or "+d.e.controlSocket, startPCPD)
+	}
+	return ok(c, strings.Join(seen, ", "))
 }
 
 func (d *doctor) checkTrustDir() check {
