@@ -312,6 +312,11 @@ func (in *installer) enableSocket(ctx context.Context) error {
 		return in.failed(err)
 	}
 	in.step("enabled and started pcpd.socket: pcpd starts on the first connection to %s", in.e.socket)
+	if run := os.Getenv("XDG_RUNTIME_DIR"); run != "" {
+		if def := filepath.Join(run, "pcp", "pcp.sock"); in.e.socket != def {
+			in.step("note: pcpd.socket listens on %s; this pcpctl uses %s (--socket or PCP_SOCKET), where nothing starts pcpd", def, in.e.socket)
+		}
+	}
 	if active(systemd.ServiceUnit) {
 		if _, err := systemctlUser(ctx, "restart", systemd.ServiceUnit); err != nil {
 			return in.failed(err)

@@ -86,6 +86,8 @@ func TestInstallUser(t *testing.T) {
 	dir := filepath.Join(cfg, "systemd", "user")
 	pcpd := fakePCPD(t)
 	sock := filepath.Join(t.TempDir(), "pcp.sock")
+	run := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", run)
 
 	t.Setenv("STUB_NO_MANAGER", "1")
 	out, err := pcpctl(t, "--socket", sock, "install", "--user", "--pcpd", pcpd)
@@ -112,7 +114,6 @@ func TestInstallUser(t *testing.T) {
 	if err != nil {
 		t.Fatal("systemd-analyze is not installed (Debian's systemd package; scripts/test installs it)")
 	}
-	run := t.TempDir()
 	verify := exec.Command(sa, "--user", "verify", filepath.Join(dir, "pcpd.socket"), filepath.Join(dir, "pcpd.service"))
 	verify.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+run)
 	if vout, err := verify.CombinedOutput(); err != nil || len(vout) > 0 {
@@ -134,7 +135,8 @@ func TestInstallUser(t *testing.T) {
 		t.Errorf("systemctl calls (-want +got):\n%s", diff)
 	}
 	for _, want := range []string{"pcpd.socket is up to date", "pcpd.service is up to date", "imported DISPLAY, DBUS_SESSION_BUS_ADDRESS",
-		"enabled and started pcpd.socket: pcpd starts on the first connection to " + sock} {
+		"enabled and started pcpd.socket: pcpd starts on the first connection to " + sock,
+		"note: pcpd.socket listens on " + filepath.Join(run, "pcp", "pcp.sock") + "; this pcpctl uses " + sock + " (--socket or PCP_SOCKET)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("install: output lacks %q:\n%s", want, out)
 		}
