@@ -74,6 +74,10 @@ are reached through the accessibility tree (Tier 2) or input and capture
 (Tier 3); the agent discovers and invokes on the agent socket, the user
 approves, undoes and audits on the control socket (pcpctl).
 
+Started by a service manager with sockets (LISTEN_FDS, as pcpd.socket from
+pcpctl install --user passes them), pcpd serves those in place of the ones
+it would create, and says READY=1 on $NOTIFY_SOCKET.
+
 Usage: pcpd [flags]
 
 `)

@@ -35,6 +35,8 @@ type installReport struct {
 	Steps   []string `json:"steps"`
 }
 
+// installer is one run of install or uninstall: its flags and the steps
+// taken so far.
 type installer struct {
 	e      *env
 	user   bool
@@ -147,8 +149,8 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
-// manager reports whether systemctl reaches the user's service manager,
-// and why not.
+// userManager reports whether systemctl reaches the user's service
+// manager, and why not.
 func userManager(ctx context.Context) (bool, string) {
 	if _, err := exec.LookPath("systemctl"); err != nil {
 		return false, "systemctl is not on PATH"
@@ -341,8 +343,8 @@ func socketServer(path string) (int, bool) {
 	return pid, true
 }
 
-// ours reports whether the unit file at path is one pcpctl wrote; false
-// when there is none.
+// ours reports whether a unit file is at path and whether pcpctl wrote
+// it (it begins with systemd.Marker).
 func ours(path string) (exists, written bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
