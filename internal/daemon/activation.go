@@ -72,8 +72,8 @@ func ListenFDs() ([]*Activated, error) {
 		a, err := inherit(listenFDsStart+i, name)
 		if err != nil {
 			closeActivated(out)
-			// The rest are still ours to close.
-			for j := i; j < len(list); j++ {
+			// inherit has closed fd i; the rest are still ours to close.
+			for j := i + 1; j < len(list); j++ {
 				syscall.Close(listenFDsStart + j)
 			}
 			return nil, err
