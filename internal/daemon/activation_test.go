@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -279,5 +280,52 @@ func TestActivatedSockets(t *testing.T) {
 	stray.Activated = []*Activated{activated(t, filepath.Join(dir, "run3", "other.sock"), "")}
 	if _, err := New(stray); err == nil || !strings.Contains(err.Error(), "other.sock) matches none of pcpd's sockets") {
 		t.Errorf("New with a socket of no role: %v, want it refused", err)
+	}
+}
+
+// A process of another user that reaches an activated socket (its
+// directory and file opened up on purpose, after the daemon took it) is
+// refused by the same peer-credential check as on pcpd's own sockets.
+func TestActivatedOtherUserRefused(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("this test switches users and must run as root (CI does)")
+	}
+	dir := shortDir(t)
+	run := filepath.Join(dir, "run")
+	cfg := Config{Socket: filepath.Join(run, "pcp.sock"), StateDir: filepath.Join(dir, "state"), TrustDir: filepath.Join(dir, "trust"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg.Activated = []*Activated{activated(t, cfg.Socket, FDNameAgent)}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() { cancel(); <-served }()
+	os.Chmod(dir, 0o755)
+	os.Chmod(run, 0o755)
+	os.Chmod(cfg.Socket, 0o777)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(run, "child")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "PCP_TEST_DIAL="+cfg.Socket)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), `"code":-32004`) || !strings.Contains(string(out), "uid 65534") {
+		t.Errorf("other user got %q, want a PERMISSION_DENIED refusal naming uid 65534", out)
 	}
 }
