@@ -19,6 +19,8 @@ import (
 // pcpd started by hand serves as well.
 func (d *doctor) checkSystemd(ctx context.Context) check {
 	c := check{Name: "systemd units"}
+	ctx, cancel := probe(ctx)
+	defer cancel()
 	manager, why := userManager(ctx)
 	if !manager {
 		return ok(c, why+": pcpd is started by hand")
