@@ -74,6 +74,10 @@ are reached through the accessibility tree (Tier 2) or input and capture
 (Tier 3); the agent discovers and invokes on the agent socket, the user
 approves, undoes and audits on the control socket (pcpctl).
 
+Started by a service manager with sockets (LISTEN_FDS, as pcpd.socket from
+pcpctl install --user passes them), pcpd serves those in place of the ones
+it would create, and says READY=1 on $NOTIFY_SOCKET.
+
 Usage: pcpd [flags]
 
 `)
@@ -106,6 +110,19 @@ Usage: pcpd [flags]
 		}
 	}()
 	cfg.Reload = reload
+	// Sockets the service manager bound (pcpd.socket): taken before
+	// anything else opens a descriptor.
+	activated, err := daemon.ListenFDs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pcpd:", err)
+		os.Exit(1)
+	}
+	cfg.Activated = activated
+	cfg.Ready = func() {
+		if err := notifyManager("READY=1"); err != nil {
+			cfg.Logger.Warn("could not tell the service manager pcpd is ready", "err", err)
+		}
+	}
 	if err := run(ctx, cfg, *shutdownTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "pcpd:", err)
 		os.Exit(1)
@@ -122,6 +139,7 @@ func run(ctx context.Context, cfg daemon.Config, grace time.Duration) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background()) }()
 	<-ctx.Done()
+	notifyManager("STOPPING=1")
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -91,8 +91,9 @@ func (e *env) rootCommand() *cobra.Command {
 
 It lists and invokes capabilities, follows events, revokes and allows apps,
 approves and denies confirmations, lists and undoes deferred jobs, shows and
-reloads the policy, checks health, reads and verifies the audit log, and
-signs and verifies capability manifests.`,
+reloads the policy, checks health, reads and verifies the audit log,
+signs and verifies capability manifests, says what is not ready (doctor),
+and installs pcpd's systemd user units (install --user).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Version:       version(),
@@ -129,6 +130,8 @@ signs and verifies capability manifests.`,
 		e.mcpCommand(),
 		e.scompCommand(),
 		e.doctorCommand(),
+		e.installCommand(),
+		e.uninstallCommand(),
 		e.versionCommand(),
 	)
 	e.addCompletions(root)

@@ -90,8 +90,13 @@ fails. A check that cannot run says why, as a warn.
 
   daemon            pcpd answers health.check on the agent socket; its version
   control socket    pcpd answers on the user's control socket
+  systemd units     where a systemd user manager runs: pcpd.socket and pcpd.service
+                    are installed (pcpctl install --user), current, enabled and
+                    active, and the manager holds DISPLAY and DBUS_SESSION_BUS_ADDRESS
+                    (a warning only: pcpd started by hand serves as well)
   socket dir        the sockets' directory is the user's and not group or world writable
   state dir         likewise for the state directory (--state-dir)
+  socket files      the agent and control sockets are yours and no one else may connect
   trust dir         the trusted publisher keys' directory exists and holds keys (--trust-dir)
   policy            the policy file pcpd uses loads (--policy)
   audit chain       audit.verify finds the audit log's hash chain unbroken
@@ -149,12 +154,13 @@ func (d *doctor) run(ctx context.Context) error {
 	}
 	var r doctorReport
 	add := func(cs ...check) { r.Checks = append(r.Checks, cs...) }
-	add(d.checkDaemon(ctx), d.checkControl(ctx))
+	add(d.checkDaemon(ctx), d.checkControl(ctx), d.checkSystemd(ctx))
 	add(d.checkDir("socket dir", filepath.Dir(d.e.socket)))
 	if cd := filepath.Dir(d.e.controlSocket); cd != filepath.Dir(d.e.socket) {
 		add(d.checkDir("control socket dir", cd))
 	}
 	add(d.checkDir("state dir", d.stateDir))
+	add(d.checkSocketFiles())
 	add(d.checkTrustDir(), d.checkPolicy(ctx, config), d.checkAudit(ctx))
 	add(d.checkSessionBus(), d.checkA11yBus(), d.checkGTK(), d.checkRootProperty(), d.checkQt())
 	add(d.checkDisplay())
@@ -206,7 +212,7 @@ func probe(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, doctorProbeTimeout)
 }
 
-const startPCPD = "start pcpd (pcpd &, or systemctl --user start pcpd)"
+const startPCPD = "start pcpd (pcpd &; or pcpctl install --user, and systemd starts it with the session)"
 
 func (d *doctor) checkDaemon(ctx context.Context) check {
 	c := check{Name: "daemon"}
@@ -219,7 +225,7 @@ func (d *doctor) checkDaemon(ctx context.Context) check {
 	d.agent = cl
 	h, err := cl.Health(ctx)
 	if err != nil {
-		return fail(c, fmt.Sprintf("health.check on %s: %v", d.e.socket, err), "restart pcpd; its log says why it does not answer")
+		return fail(c, fmt.Sprintf("health.check on %s: %v", d.e.socket, err), "restart pcpd; its log says why it does not answer (journalctl --user -u pcpd.service when systemd runs it)")
 	}
 	d.health = h
 	c.Status, c.Detail = checkOK, fmt.Sprintf("pcpd %s on %s, %s", h.Version, d.e.socket, h.Status)
@@ -274,6 +280,37 @@ func (d *doctor) checkDir(name, dir string) check {
 		return fail(c, fmt.Sprintf("%s is %#o: others may write in it", dir, m), "chmod go-w "+dir)
 	}
 	return ok(c, fmt.Sprintf("%s (%#o, yours)", dir, fi.Mode().Perm()))
+}
+
+// checkSocketFiles checks that the agent and control sockets, where they
+// exist, are sockets of the user's that no one else may connect to
+// (connecting takes write permission).
+func (d *doctor) checkSocketFiles() check {
+	c := check{Name: "socket files"}
+	var seen []string
+	for _, p := range []string{d.e.socket, d.e.controlSocket} {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return warn(c, err.Error(), "make "+filepath.Dir(p)+" readable by you")
+		}
+		if fi.Mode().Type() != fs.ModeSocket {
+			return fail(c, fmt.Sprintf("%s is a %v, not a socket", p, fi.Mode().Type()), "remove "+p+" and restart pcpd")
+		}
+		if st, _ := fi.Sys().(*syscall.Stat_t); st != nil && int(st.Uid) != os.Getuid() {
+			return fail(c, fmt.Sprintf("%s belongs to uid %d, not you (uid %d)", p, st.Uid, os.Getuid()), "remove "+p+" and restart pcpd")
+		}
+		if m := fi.Mode().Perm(); m&0o022 != 0 {
+			return fail(c, fmt.Sprintf("%s is %#o: others may connect", p, m), "chmod 600 "+p+" (and SocketMode=0600 in a socket unit of your own)")
+		}
+		seen = append(seen, fmt.Sprintf("%s (%#o)", p, fi.Mode().Perm()))
+	}
+	if len(seen) == 0 {
+		return warn(c, "no socket at "+d.e.socket+" or "+d.e.controlSocket, startPCPD)
+	}
+	return ok(c, strings.Join(seen, ", "))
 }
 
 func (d *doctor) checkTrustDir() check {

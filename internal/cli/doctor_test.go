@@ -144,8 +144,11 @@ func TestDoctorDesktop(t *testing.T) {
 	}
 	// GTK 3 apps started from here would not register.
 	t.Setenv("NO_AT_BRIDGE", "1")
-	// An accessibility bus that is not there.
-	t.Setenv("AT_SPI_BUS_ADDRESS", "unix:path="+filepath.Join(desk.Dir, "gone"))
+	// The accessibility bus stopped, its address still in the session's
+	// environment.
+	if err := desk.StopAccessibilityBus(); err != nil {
+		t.Fatal(err)
+	}
 
 	checks, r, err = d.doctor(t)
 	wantFailed(t, r, err)
@@ -154,7 +157,16 @@ func TestDoctorDesktop(t *testing.T) {
 	wantStatus(t, checks, "Qt", "warn", "QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1")
 	wantStatus(t, checks, "GTK", "fail", "unset NO_AT_BRIDGE")
 	wantStatus(t, checks, "accessibility bus", "fail", "at-spi-bus-launcher")
-	wantStatus(t, checks, "daemon", "ok", "")
+	if c := checks["accessibility bus"]; !strings.Contains(c.Detail, desk.Vars["AT_SPI_BUS_ADDRESS"]) {
+		t.Errorf("accessibility bus: detail %q, want it to name the stopped bus %s", c.Detail, desk.Vars["AT_SPI_BUS_ADDRESS"])
+	}
+	// pcpd answers still; its AT-SPI2 adapter may report the bus gone.
+	if c := checks["daemon"]; c.Status == "fail" || !strings.Contains(c.Detail, "pcpd ") {
+		t.Errorf("daemon: %s (%s), want pcpd reachable", c.Status, c.Detail)
+	}
+	// Where no systemd user manager runs (this desktop has none), the
+	// units are not asked for.
+	wantStatus(t, checks, "systemd units", "ok", "")
 
 	// The human report: one line a check, its fix under it.
 	out, _, err := d.run(t, "doctor", "--state-dir", d.stateDir, "--trust-dir", d.trustDir)
@@ -185,6 +197,24 @@ func TestDoctorNoDaemon(t *testing.T) {
 	wantStatus(t, checks, "control socket", "fail", "start pcpd")
 	wantStatus(t, checks, "audit chain", "warn", "start pcpd")
 	wantStatus(t, checks, "apps", "warn", "start pcpd")
+	wantStatus(t, checks, "socket files", "warn", "start pcpd")
+}
+
+// The toolkits' switches: GTK_A11Y=none keeps GTK 4 apps off the
+// accessibility bus; QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 makes Qt register
+// whatever the root window says.
+func TestDoctorToolkitEnv(t *testing.T) {
+	dir := t.TempDir()
+	d := &testDaemon{socket: filepath.Join(dir, "a.sock"), control: filepath.Join(dir, "c.sock"), stateDir: dir, trustDir: dir}
+	t.Setenv("NO_AT_BRIDGE", "")
+	t.Setenv("GTK_A11Y", "none")
+	t.Setenv("QT_LINUX_ACCESSIBILITY_ALWAYS_ON", "1")
+	checks, _, _ := d.doctor(t)
+	wantStatus(t, checks, "GTK", "fail", "unset GTK_A11Y")
+	wantStatus(t, checks, "Qt", "ok", "")
+	t.Setenv("GTK_A11Y", "atspi")
+	checks, _, _ = d.doctor(t)
+	wantStatus(t, checks, "GTK", "ok", "")
 }
 
 // A world-writable state dir, a policy file that does not load and a
@@ -198,6 +228,7 @@ func TestDoctorDaemonState(t *testing.T) {
 	wantStatus(t, checks, "control socket", "ok", "")
 	wantStatus(t, checks, "socket dir", "ok", "")
 	wantStatus(t, checks, "state dir", "ok", "")
+	wantStatus(t, checks, "socket files", "ok", "")
 	wantStatus(t, checks, "audit chain", "ok", "")
 	wantStatus(t, checks, "trust dir", "warn", "NAME.pem")
 
@@ -211,6 +242,9 @@ func TestDoctorDaemonState(t *testing.T) {
 	wantStatus(t, devChecks, "trust dir", "warn", "mkdir -p -m 700 "+dev.trustDir)
 
 	if err := os.Chmod(d.stateDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d.control, 0o666); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Chmod(d.stateDir, 0o700)
@@ -238,6 +272,7 @@ func TestDoctorDaemonState(t *testing.T) {
 	}
 	wantFailed(t, r, err)
 	wantStatus(t, checks, "state dir", "fail", "chmod go-w "+d.stateDir)
+	wantStatus(t, checks, "socket files", "fail", "chmod 600 "+d.control)
 	wantStatus(t, checks, "audit chain", "fail", "pcp.db")
 	wantStatus(t, checks, "policy", "fail", "pcpctl policy reload")
 	if c := checks["audit chain"]; !strings.Contains(c.Detail, "broken at entry 1 ") {

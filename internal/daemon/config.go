@@ -81,6 +81,12 @@ type Config struct {
 	// Scomp configures the scomp face (scomp.go).
 	Scomp ScompConfig
 
+	// Activated are the sockets the service manager passed (ListenFDs):
+	// each serves as the agent, control, MCP or scomp socket, by its name
+	// or else the path it is bound to, in place of one pcpd would create;
+	// New refuses one that matches none (activation.go).
+	Activated []*Activated
+
 	// Limits bound what connections may hold; zero fields take the
 	// defaults (see Defaults), so tests shrink only what they exercise.
 	Limits Limits

@@ -230,6 +230,9 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := s.newScomp(); err != nil {
 		return nil, err
 	}
+	if err := s.checkActivatedTaken(); err != nil {
+		return nil, err
+	}
 	if s.shed, err = newShedder(s.log); err != nil {
 		return nil, err
 	}
@@ -294,12 +297,12 @@ func writeTokenFile(path string) (string, error) {
 }
 
 func (s *Server) listen() error {
-	agentL, err := unixsock.Listen(s.cfg.Socket)
+	agentL, err := s.listenUnix(FDNameAgent, s.cfg.Socket)
 	if err != nil {
 		return err
 	}
 	s.lns = append(s.lns, listener{l: agentL, role: core.RoleAgent})
-	controlL, err := unixsock.Listen(s.cfg.ControlSocket)
+	controlL, err := s.listenUnix(FDNameControl, s.cfg.ControlSocket)
 	if err != nil {
 		return err
 	}
@@ -502,6 +505,7 @@ func (s *Server) release() {
 		for _, ln := range s.lns {
 			ln.l.Close() // New failing halfway: never served
 		}
+		closeActivated(s.cfg.Activated) // those no listener took
 		if s.shed != nil {
 			s.shed.close()
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/mcp"
-	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // MCPConfig configures the MCP face (internal/face/mcp).
@@ -69,7 +68,7 @@ func (s *Server) newMCP() error {
 	face := mcp.New(s.b, mcp.Options{ConfirmWait: cfg.ConfirmWait, MaxLine: s.cfg.MaxLine, MessageTimeout: off(lim.Message),
 		HTTPSessionTimeout: off(lim.Idle), LineBudget: s.lineBudget, Logger: s.log, ExposeCapabilities: cfg.ExposeCapabilities})
 	s.mcp = &mcpServer{face: face}
-	l, err := unixsock.Listen(cfg.Socket)
+	l, err := s.listenUnix(FDNameMCP, cfg.Socket)
 	if err != nil {
 		return err
 	}

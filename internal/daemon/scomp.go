@@ -12,7 +12,6 @@ import (
 
 	"github.com/pcp-dev/pcp/internal/face/scomp"
 	"github.com/pcp-dev/pcp/internal/policy"
-	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // ScompConfig configures the scomp face (internal/face/scomp).
@@ -89,7 +88,7 @@ func (s *Server) newScomp() error {
 		SessionLimits: s.scompLimits})
 	sc := &scompServer{face: face, sessions: newScompSessions(cfg.Sessions, s.notifyConns)}
 	s.scomp = sc
-	l, err := unixsock.Listen(cfg.Socket)
+	l, err := s.listenUnix(FDNameScomp, cfg.Socket)
 	if err != nil {
 		return err
 	}

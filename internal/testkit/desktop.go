@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/godbus/dbus/v5"
 )
 
 // Desktop is a headless accessible desktop started by scripts/desktop:
@@ -301,4 +304,46 @@ func (d *Desktop) StartApp(name string, args ...string) (*App, error) {
 		close(a.Exited)
 	}()
 	return a, nil
+}
+
+// StopAccessibilityBus stops the desktop's accessibility bus as a crash
+// or a logout would: the bus launcher and the bus's dbus-daemon (found by
+// the PCP_DESKTOP_DIR their environment carries) are killed, and it
+// returns once a connection to the bus has seen it go. The session bus
+// may start a new launcher on the next org.a11y.Bus call; the address in
+// Vars answers no more.
+func (d *Desktop) StopAccessibilityBus() error {
+	conn, err := dbus.Connect(d.Vars["AT_SPI_BUS_ADDRESS"])
+	if err != nil {
+		return fmt.Errorf("connecting to the accessibility bus: %w", err)
+	}
+	defer conn.Close()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	killed := 0
+	for _, p := range procs {
+		env, err := os.ReadFile(filepath.Join(p, "environ"))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "PCP_DESKTOP_DIR="+d.Dir) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		if !strings.Contains(string(cmdline), "at-spi-bus-launcher") && !strings.Contains(string(cmdline), "at-spi2/accessibility.conf") {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		return errors.New("no accessibility bus process of this desktop found")
+	}
+	select {
+	case <-conn.Context().Done():
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("the accessibility bus still answers 10s after its processes were killed")
+	}
 }
