@@ -333,3 +333,51 @@ func ParamsDigest(params json.RawMessage) string {
 	sum := sha256.Sum256(p)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// AppendCanonical appends C(e) of the prepared record placed at seq to b.
+// It is the text Seal hashes behind the previous hash, and the leaf of the
+// log's Merkle tree.
+func (p *Prepared) AppendCanonical(b []byte, seq int64) []byte {
+	b = append(b, p.before...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, p.after...)
+}
+
+// ParseCanonical rebuilds an entry from its canonical form c and its two
+// raw hashes, as a log record holds them. It fails when c is not the
+// canonical JSON of an entry: not JSON, members missing, unknown or out of
+// canonical form.
+func ParseCanonical(c, prev, hash []byte) (api.AuditEntry, error) {
+	var ce canonicalEntry
+	dec := json.NewDecoder(bytes.NewReader(c))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ce); err != nil {
+		return api.AuditEntry{}, fmt.Errorf("audit: canonical entry: %w", err)
+	}
+	if dec.More() {
+		return api.AuditEntry{}, errors.New("audit: canonical entry: data after the object")
+	}
+	e := api.AuditEntry{
+		Seq:          ce.Seq,
+		Time:         ce.Time,
+		Kind:         ce.Kind,
+		Source:       ce.Source,
+		Actor:        ce.Actor,
+		AppID:        ce.AppID,
+		CapabilityID: ce.CapabilityID,
+		ParamsDigest: ce.ParamsDigest,
+		Outcome:      ce.Outcome,
+		DurationUS:   ce.DurationUS,
+		Detail:       ce.Detail,
+		PrevHash:     hex.EncodeToString(prev),
+		Hash:         hex.EncodeToString(hash),
+	}
+	again, err := Canonical(e)
+	if err != nil {
+		return api.AuditEntry{}, err
+	}
+	if !bytes.Equal(again, c) {
+		return api.AuditEntry{}, fmt.Errorf("audit: entry %d is not in canonical form", e.Seq)
+	}
+	return e, nil
+}

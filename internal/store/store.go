@@ -36,7 +36,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -50,6 +49,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/tlog"
 )
 
 // DefaultJournalLimit is how many events the journal keeps by default.
@@ -67,7 +67,18 @@ type Option func(*options)
 
 type options struct {
 	journalLimit int
+	auditSync    bool
+	segmentSize  int64
 }
+
+// WithAuditSync makes every group of audit appends fsync the log before
+// its callers are released, so that an acknowledged entry survives a
+// power loss too; without it (the default) it survives the process being
+// killed, as the database's synchronous=NORMAL does.
+func WithAuditSync(on bool) Option { return func(o *options) { o.auditSync = on } }
+
+// withSegmentSize sets the audit log's segment size (tests).
+func withSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
 
 // WithJournalLimit sets how many events the journal keeps; older ones are
 // deleted as new ones arrive. n <= 0 selects DefaultJournalLimit.
@@ -102,22 +113,39 @@ type Store struct {
 	journalHeld atomic.Int64
 
 	w *writer
+	a *appender
+	// key signs checkpoints of the audit log.
+	key *tlog.Key
+	// logDir is the audit log's directory; tmpDir, when set, is removed
+	// by Close (OpenMemory).
+	logDir, tmpDir string
+	// recovery is what opening the audit log found and did.
+	recovery Recovery
 
 	// mu guards the fields below. It is never held across I/O.
 	mu sync.Mutex
-	// queue holds requests the writer has not taken yet, in arrival order.
-	queue []*request
+	// appends holds audit appends the appender has not taken yet; ops the
+	// changes (and Flushes) the writer has not taken yet, in arrival order.
+	appends, ops []*request
+	// index holds written audit entries whose index rows the writer has
+	// not taken yet.
+	index []api.AuditEntry
+	// indexedSeq is the newest entry in the index; indexErr, once set,
+	// why the index stopped following the log.
+	indexedSeq int64
+	indexErr   error
 	// events holds journal events the writer has not taken yet, at most
 	// journalLimit of them (older pending events would be trimmed anyway).
 	events []api.Event
 	// closing is set by Close; no new work is queued after it.
 	closing bool
-	// eventsDue is set when the oldest pending event has waited
-	// eventCommitDelay; the writer then commits the pending events even
-	// without other work to share the transaction with.
-	eventsDue bool
-	// head is the last committed audit entry; the writer sets it after
-	// each commit.
+	// due is set when the oldest pending index row or event has waited
+	// pendingDelay, or pendingBatch are waiting; the writer then writes
+	// them even without other work to share the transaction with.
+	// timerArmed says a timer will set it.
+	due, timerArmed bool
+	// head is the last written audit entry; the appender sets it after
+	// each group.
 	head chainHead
 
 	// wake has capacity one; a send tells the writer there is work (or
@@ -125,6 +153,9 @@ type Store struct {
 	wake chan struct{}
 	// writerDone is closed when the writer goroutine returns.
 	writerDone chan struct{}
+	// awake and appenderDone are the appender goroutine's wake and done.
+	awake        chan struct{}
+	appenderDone chan struct{}
 
 	// ver is the state of audit verification (auditlog.go).
 	ver verification
@@ -197,7 +228,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(8)
 	rdb.SetMaxIdleConns(8)
-	s, err := start(ctx, wdb, rdb, opts)
+	s, err := start(ctx, wdb, rdb, AuditDir(abs), opts)
 	if err != nil {
 		rdb.Close()
 		wdb.Close()
@@ -207,7 +238,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 }
 
 // OpenMemory opens an empty store held in memory, for tests. It behaves
-// as a file store does except that nothing outlives Close.
+// as a file store does except that nothing outlives Close: its audit log
+// is in a temporary directory that Close removes.
 func OpenMemory(ctx context.Context, opts ...Option) (*Store, error) {
 	// Every connection to ":memory:" is a database of its own, so the
 	// pool is limited to one connection, shared by writer and readers,
@@ -224,11 +256,18 @@ func OpenMemory(ctx context.Context, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: memory: %w", err)
 	}
-	s, err := start(ctx, db, db, opts)
+	dir, err := os.MkdirTemp("", "pcp-audit-")
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: memory: %w", err)
 	}
+	s, err := start(ctx, db, db, dir, opts)
+	if err != nil {
+		db.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("store: memory: %w", err)
+	}
+	s.tmpDir = dir
 	return s, nil
 }
 
@@ -239,8 +278,16 @@ func fileDSN(abs string, q url.Values) string {
 	return u.String()
 }
 
-// start loads the state the writer needs and starts it.
-func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error) {
+// AuditDir is the directory of the audit log that belongs to the state
+// database at dbPath: "audit" beside it.
+func AuditDir(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), "audit") }
+
+// keyFile is the checkpoint signing key's name in the audit directory.
+const keyFile = "checkpoint.key"
+
+// start opens the audit log, reconciles its index with it, loads the
+// state the writer needs and starts the appender and the writer.
+func start(ctx context.Context, wdb, rdb *sql.DB, logDir string, opts []Option) (*Store, error) {
 	o := options{journalLimit: DefaultJournalLimit}
 	for _, opt := range opts {
 		opt(&o)
@@ -249,23 +296,11 @@ func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error)
 		wdb:          wdb,
 		rdb:          rdb,
 		journalLimit: o.journalLimit,
+		logDir:       logDir,
 		wake:         make(chan struct{}, 1),
 		writerDone:   make(chan struct{}),
-	}
-
-	var seq sql.NullInt64
-	var hash sql.NullString
-	err := wdb.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return nil, fmt.Errorf("loading audit head: %w", err)
-	default:
-		h, err := hex.DecodeString(hash.String)
-		if err != nil || len(h) != audit.HashSize {
-			return nil, fmt.Errorf("audit entry %d has a malformed hash %q; run the audit verifier on this file", seq.Int64, hash.String)
-		}
-		s.head = chainHead{seq: seq.Int64, hash: h}
+		awake:        make(chan struct{}, 1),
+		appenderDone: make(chan struct{}),
 	}
 
 	// Trim first, in case the limit was lowered since the last run.
@@ -284,25 +319,41 @@ func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error)
 		return nil, err
 	}
 	s.w = w
+	s.a = &appender{s: s}
+	if err := s.openLog(ctx, o); err != nil {
+		w.close()
+		if s.a.log != nil {
+			s.a.log.Close()
+		}
+		return nil, err
+	}
+	go s.a.run()
 	go w.run()
 	return s, nil
 }
 
-// Close commits everything queued, stops the writer and closes the
-// database. Later calls return the first call's result.
+// Close writes everything queued, stops the appender and the writer and
+// closes the log and the database. Later calls return the first call's
+// result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closing = true
 		s.mu.Unlock()
+		s.pokeAppender()
 		s.poke()
+		<-s.appenderDone
 		<-s.writerDone
 		s.w.close()
 		var errs []error
+		errs = append(errs, s.a.log.Close())
 		if s.rdb != s.wdb {
 			errs = append(errs, s.rdb.Close())
 		}
 		errs = append(errs, s.wdb.Close())
+		if s.tmpDir != "" {
+			errs = append(errs, os.RemoveAll(s.tmpDir))
+		}
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
@@ -316,16 +367,31 @@ func (s *Store) poke() {
 	}
 }
 
-// enqueue hands r to the writer; it fails once Close has begun.
+// pokeAppender wakes the appender goroutine without blocking.
+func (s *Store) pokeAppender() {
+	select {
+	case s.awake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue hands r to the appender (an audit append) or the writer; it
+// fails once Close has begun.
 func (s *Store) enqueue(r *request) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	s.queue = append(s.queue, r)
+	if r.rec != nil {
+		s.appends = append(s.appends, r)
+		s.mu.Unlock()
+		s.a.lead()
+		return nil
+	}
+	s.ops = append(s.ops, r)
 	s.mu.Unlock()
-	s.w.lead()
+	s.poke()
 	return nil
 }
 
@@ -348,8 +414,9 @@ func (s *Store) do(ctx context.Context, op func(context.Context, *sql.Tx) error)
 	}
 }
 
-// Flush waits until everything queued before the call, including events
-// from AppendEvent, is committed.
+// Flush waits until everything queued before the call is committed to
+// the database: changes, events from AppendEvent, and the index rows of
+// the audit entries written so far.
 func (s *Store) Flush(ctx context.Context) error {
 	return s.do(ctx, func(context.Context, *sql.Tx) error { return nil })
 }
