@@ -131,7 +131,7 @@ var Methods = []MethodInfo{
 	{Name: MethodAppsSocket, Role: RoleAgent},
 	{Name: MethodAppsState, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAuditCheckpoint, Role: RoleAgent, ReadOnly: true},
-	{Name: MethodAuditConsistency, Role: RoleUser, ReadOnly: true},
+	{Name: MethodAuditConsistency, Role: RoleUser},
 	{Name: MethodAuditProve, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAuditTail, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAuditVerify, Role: RoleAgent, ReadOnly: true},

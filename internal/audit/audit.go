@@ -64,6 +64,14 @@ var genesis = make([]byte, HashSize)
 // alone.
 var ErrUnavailable = errors.New("audit log unavailable")
 
+// ErrBadCheckpoint is wrapped by the errors of a checkpoint that cannot
+// be read or is not signed by the log's key.
+var ErrBadCheckpoint = errors.New("bad checkpoint")
+
+// ErrNoEntry is wrapped by the error of a proof asked for an entry the
+// log does not hold.
+var ErrNoEntry = errors.New("no such audit entry")
+
 // Record is what the broker asks to append: an entry before the chain has
 // given it a seq and hashes.
 type Record struct {

@@ -8,12 +8,9 @@ import (
 	"path/filepath"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
 	"github.com/pcp-dev/pcp/internal/tlog"
 )
-
-// ErrBadCheckpoint is wrapped by the errors of a checkpoint that cannot
-// be read or is not signed by this log's key.
-var ErrBadCheckpoint = errors.New("bad checkpoint")
 
 // AuditCheckpoint signs a checkpoint of the audit log as written so far.
 func (s *Store) AuditCheckpoint(ctx context.Context) (api.AuditCheckpointResult, error) {
@@ -47,7 +44,7 @@ func (s *Store) AuditProve(ctx context.Context, seq int64) (api.AuditProveResult
 	headSeq := s.head.seq
 	s.mu.Unlock()
 	if seq < 1 || seq > headSeq {
-		return api.AuditProveResult{}, fmt.Errorf("%w: the log holds entries 1 to %d, not %d", ErrNoEntry, headSeq, seq)
+		return api.AuditProveResult{}, fmt.Errorf("%w: the log holds entries 1 to %d, not %d", audit.ErrNoEntry, headSeq, seq)
 	}
 	es, err := s.AuditBefore(ctx, seq+1, 1)
 	if err != nil {
@@ -78,10 +75,6 @@ func (s *Store) AuditProve(ctx context.Context, seq int64) (api.AuditProveResult
 	}, nil
 }
 
-// ErrNoEntry is wrapped by AuditProve's error for a seq the log does not
-// hold.
-var ErrNoEntry = errors.New("no such audit entry")
-
 func canonicalLeaf(e api.AuditEntry) ([tlog.HashSize]byte, error) {
 	r, err := logRecord(e)
 	if err != nil {
@@ -106,7 +99,7 @@ func hexes(hs [][]byte) []string {
 func (s *Store) AuditConsistency(ctx context.Context, text string) (api.AuditConsistencyResult, error) {
 	cp, err := s.key.Open(text)
 	if err != nil {
-		return api.AuditConsistencyResult{}, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+		return api.AuditConsistencyResult{}, fmt.Errorf("%w: %w", audit.ErrBadCheckpoint, err)
 	}
 	s.mu.Lock()
 	head := s.head
@@ -151,7 +144,7 @@ func VerifyCheckpointFile(ctx context.Context, path, text string) (api.AuditCons
 	}
 	cp, err := key.Open(text)
 	if err != nil {
-		return api.AuditConsistencyResult{}, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+		return api.AuditConsistencyResult{}, fmt.Errorf("%w: %w", audit.ErrBadCheckpoint, err)
 	}
 	return consistency(dir, key, chainHead{}, cp)
 }
@@ -175,7 +168,7 @@ func consistency(dir string, key *tlog.Key, head chainHead, cp tlog.Checkpoint) 
 		if res.BrokenSeq == 0 {
 			res.BrokenSeq = int64(size) + 1
 		}
-		res.Problem = fmt.Sprintf("the log holds %d entries but the checkpoint was signed over %d: %s were removed%s",
+		res.Problem = fmt.Sprintf("the log holds %d entries but the checkpoint was signed over %d: %s%s",
 			size, cp.Size, entryRange(size+1, cp.Size), chain)
 		return res, nil
 	}
@@ -210,9 +203,10 @@ func consistency(dir string, key *tlog.Key, head chainHead, cp tlog.Checkpoint) 
 	return res, nil
 }
 
+// entryRange says which entries were removed.
 func entryRange(from, to uint64) string {
 	if from == to {
-		return fmt.Sprintf("entry %d", from)
+		return fmt.Sprintf("entry %d was removed", from)
 	}
-	return fmt.Sprintf("entries %d to %d", from, to)
+	return fmt.Sprintf("entries %d to %d were removed", from, to)
 }

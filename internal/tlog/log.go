@@ -212,6 +212,7 @@ type Log struct {
 	dir  string
 	opts Options
 
+	lock  *os.File // holds the directory's lock file, flocked
 	f     *os.File // the last segment
 	fname string
 	off   int64 // end of its last record
@@ -253,6 +254,28 @@ func Open(dir string, opts Options) (*Log, Recovery, error) {
 		return nil, Recovery{}, fmt.Errorf("tlog: %w", err)
 	}
 	l := &Log{dir: dir, opts: opts}
+	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, Recovery{}, fmt.Errorf("tlog: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, Recovery{}, fmt.Errorf("tlog: the audit log in %s is open in another process: %w", dir, err)
+	}
+	l.lock = lock
+	l, rec, err := l.open()
+	if err != nil {
+		lock.Close()
+	}
+	return l, rec, err
+}
+
+// lockName is the file in the log's directory that the appending process
+// holds an exclusive flock on.
+const lockName = "lock"
+
+func (l *Log) open() (*Log, Recovery, error) {
+	dir, opts := l.dir, l.opts
 	res, err := Scan(dir, Position{}, math.MaxUint64, true, func(_ Position, r *Record) error {
 		l.tree.Append(LeafHash(r.Canonical))
 		if opts.Visit != nil {
@@ -397,6 +420,15 @@ func (l *Log) Append(recs []Record) error {
 			return err
 		}
 	}
+	// Only this process appends; a segment of another size than it
+	// wrote was changed by someone else (appended to, cut short), and
+	// appending at l.off would write over or past what they did.
+	if fi, err := l.f.Stat(); err != nil {
+		return fmt.Errorf("tlog: %w", err)
+	} else if fi.Size() != l.off {
+		l.broken = fmt.Errorf("tlog: segment %s is %d bytes, but this process wrote %d: the log was changed by another process", l.fname, fi.Size(), l.off)
+		return l.broken
+	}
 	if _, err := l.f.WriteAt(b, l.off); err != nil {
 		return l.undo(err)
 	}
@@ -423,13 +455,17 @@ func (l *Log) undo(err error) error {
 	return err
 }
 
-// Close closes the segment file.
+// Close closes the segment file and lets the log go.
 func (l *Log) Close() error {
-	if l.f == nil {
-		return nil
+	var err error
+	if l.f != nil {
+		err = l.f.Close()
+		l.f = nil
 	}
-	err := l.f.Close()
-	l.f = nil
+	if l.lock != nil {
+		l.lock.Close()
+		l.lock = nil
+	}
 	if err != nil {
 		return fmt.Errorf("tlog: %w", err)
 	}
