@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 
 	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/tlog"
 )
 
 // benchCallers is how many goroutines BenchmarkAppendAuditParallel runs,
@@ -50,7 +52,37 @@ func BenchmarkAppendAuditParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkRawInsert is the baseline: one committed single-row INSERT of
+// BenchmarkRawWrite is the baseline of BenchmarkAppendAudit: one
+// write(2) per op of the bytes one AppendAudit writes (the encoded record
+// of the same entry) to a file in the same directory kind, with nothing
+// else: no chain, no tree, no waking of anyone.
+func BenchmarkRawWrite(b *testing.B) {
+	f, err := os.OpenFile(filepath.Join(b.TempDir(), "raw.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	p, err := audit.Prepare(record(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, h, err := p.Seal(nil, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := tlog.Record{Index: 0, Canonical: p.AppendCanonical(nil, 1)}
+	copy(r.Hash[:], h)
+	buf := tlog.AppendRecord(nil, &r)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRawInsert is a second baseline: one committed single-row INSERT of
 // a comparable row per op, through database/sql, on the same kind of file
 // (WAL, synchronous=NORMAL), with no chain and no writer goroutine.
 func BenchmarkRawInsert(b *testing.B) {
