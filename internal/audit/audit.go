@@ -28,8 +28,10 @@
 // Editing any field of an entry changes C(n) and so breaks hash(n);
 // deleting, duplicating or reordering entries breaks the seq sequence and
 // the prev_hash links. Truncating the newest entries leaves a valid
-// shorter chain; detecting that needs a head hash kept elsewhere (the
-// store compares against the head it committed).
+// shorter chain; detecting that needs a head kept elsewhere: the store
+// compares against the head it wrote, and a signed checkpoint of the
+// log's Merkle tree (internal/tlog, docs/audit.md) proves it to anyone
+// who kept one.
 package audit
 
 import (

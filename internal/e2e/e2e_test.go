@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
 	"github.com/pcp-dev/pcp/internal/frame"

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
@@ -124,8 +123,7 @@ func (s *Store) AuditConsistency(ctx context.Context, text string) (api.AuditCon
 
 // VerifyCheckpointFile checks offline, as VerifyFile does, that the audit
 // log of the state database at path extends the signed checkpoint text;
-// the signature is checked with the log's own key, read from the audit
-// directory.
+// the signature is checked with the log's own key (KeyFile).
 func VerifyCheckpointFile(ctx context.Context, path, text string) (api.AuditConsistencyResult, error) {
 	abs, db, err := openReadOnly(ctx, path)
 	if err != nil {
@@ -138,7 +136,7 @@ func VerifyCheckpointFile(ctx context.Context, path, text string) (api.AuditCons
 	} else if !ok {
 		return api.AuditConsistencyResult{}, fmt.Errorf("store: %s holds no audit log", dir)
 	}
-	key, err := tlog.ReadKey(filepath.Join(dir, keyFile))
+	key, err := tlog.ReadKey(KeyFile(abs))
 	if err != nil {
 		return api.AuditConsistencyResult{}, err
 	}

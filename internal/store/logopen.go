@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
@@ -63,7 +62,7 @@ func (s *Store) indexed(idx []api.AuditEntry, err error) {
 // openLog opens the audit log and brings its index up to date: it
 // migrates the database's rows into a new log, restores entries the log
 // lost from the index, and indexes entries the index lacks.
-func (s *Store) openLog(ctx context.Context, o options) error {
+func (s *Store) openLog(ctx context.Context, o options, keyPath string) error {
 	existed, err := tlog.Exists(s.logDir)
 	if err != nil {
 		return err
@@ -106,7 +105,7 @@ func (s *Store) openLog(ctx context.Context, o options) error {
 		s.recovery.Corrupt = rec.Corrupt.String()
 		a.auditFailed(log.Err())
 	}
-	s.key, err = tlog.LoadOrCreateKey(filepath.Join(s.logDir, keyFile))
+	s.key, err = tlog.LoadOrCreateKey(keyPath)
 	if err != nil {
 		return err
 	}

@@ -1,36 +1,44 @@
-// Package store keeps PCP's durable state in one SQLite file: registered
-// apps, revocations, deferred jobs, the bounded event journal and the
-// hash-chained audit log (whose chain is defined by internal/audit).
+// Package store keeps PCP's durable state: the audit log, an append-only
+// file of checksummed records with a Merkle tree over them
+// (internal/tlog; its hash chain is defined by internal/audit), and one
+// SQLite file with registered apps, revocations, deferred jobs, the
+// bounded event journal and the audit log's index. docs/audit.md
+// describes the log.
 //
-// # Writes: one writer goroutine, group commit
+// # Writes: the appender and the writer, group commit
 //
-// Every write goes through a single writer goroutine that owns the write
-// connection. Callers queue work (an audit record, an event, or a state
-// change such as SaveApp) and the writer drains everything queued into one
-// transaction, commits it, and only then releases the callers that wait.
-// Under load many appends share one commit, so throughput grows with
-// concurrency while every caller still returns only after its write is
-// committed. The writer also assigns each audit entry its seq and hash in
-// commit order, so the chain is sequential without any lock held across
-// I/O by callers.
+// Audit appends are written by the appender: the caller that finds no
+// write in progress writes everything queued with one write(2) (group
+// commit with a leader) and the others wait for it; the appender gives
+// each entry its seq and hashes in write order, so the chain is
+// sequential without any lock held across I/O by callers. Callers are
+// released once their group is written.
 //
-// If a batch fails, the writer rolls it back and retries each queued item
-// in its own transaction, so one bad item fails only its own caller.
+// Everything else goes through the writer goroutine, which owns the
+// database's write connection: it drains what is queued (state changes
+// such as SaveApp, whose callers wait, the audit index rows of written
+// entries, and journal events) into one transaction and commits it. Index
+// rows and events wait for a batch (see pendingLocked), so no database
+// write is on an audit append's path. If a batch fails, the writer rolls
+// it back and retries each part in its own transaction, so one bad change
+// fails only its own caller.
 //
-// Durability: the file is in WAL mode with synchronous=NORMAL. A committed
-// write survives the process being killed; after a power loss or an OS
-// crash the newest commits may be lost (they were never fsynced), but the
-// file stays consistent and the chain still verifies.
+// Durability: the log is not fsynced unless WithAuditSync asks; the
+// database is in WAL mode with synchronous=NORMAL. A written entry and a
+// committed change survive the process being killed; after a power loss
+// or an OS crash the newest may be lost, and Open repairs what it can
+// (see Recovery).
 //
 // # Reads
 //
 // Reads use a separate pool of read-only connections and see the latest
-// committed state of the file, including changes other processes made.
-// The in-memory store (OpenMemory) has a single connection shared by the
-// writer and readers.
+// committed state of the file, including changes other processes made;
+// audit reads first wait for the index to hold every entry written. The
+// in-memory store (OpenMemory) has a single connection shared by the
+// writer and readers, and its log in a temporary directory.
 //
-// Only one Store may have a file open at a time: the writer assumes it is
-// the only process appending to the audit chain.
+// Only one Store may have a state directory open at a time: the log is
+// flocked by the process appending to it.
 package store
 
 import (
@@ -228,7 +236,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(8)
 	rdb.SetMaxIdleConns(8)
-	s, err := start(ctx, wdb, rdb, AuditDir(abs), opts)
+	s, err := start(ctx, wdb, rdb, AuditDir(abs), KeyFile(abs), opts)
 	if err != nil {
 		rdb.Close()
 		wdb.Close()
@@ -261,7 +269,7 @@ func OpenMemory(ctx context.Context, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: memory: %w", err)
 	}
-	s, err := start(ctx, db, db, dir, opts)
+	s, err := start(ctx, db, db, filepath.Join(dir, "audit"), filepath.Join(dir, "audit.key"), opts)
 	if err != nil {
 		db.Close()
 		os.RemoveAll(dir)
@@ -282,12 +290,15 @@ func fileDSN(abs string, q url.Values) string {
 // database at dbPath: "audit" beside it.
 func AuditDir(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), "audit") }
 
-// keyFile is the checkpoint signing key's name in the audit directory.
-const keyFile = "checkpoint.key"
+// KeyFile is the file of the key that signs the audit log's checkpoints
+// for the state database at dbPath: "audit.key" beside it. It is kept
+// outside the log's directory so that moving a damaged log aside keeps
+// the log's identity.
+func KeyFile(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), "audit.key") }
 
 // start opens the audit log, reconciles its index with it, loads the
 // state the writer needs and starts the appender and the writer.
-func start(ctx context.Context, wdb, rdb *sql.DB, logDir string, opts []Option) (*Store, error) {
+func start(ctx context.Context, wdb, rdb *sql.DB, logDir, keyPath string, opts []Option) (*Store, error) {
 	o := options{journalLimit: DefaultJournalLimit}
 	for _, opt := range opts {
 		opt(&o)
@@ -320,7 +331,7 @@ func start(ctx context.Context, wdb, rdb *sql.DB, logDir string, opts []Option) 
 	}
 	s.w = w
 	s.a = &appender{s: s}
-	if err := s.openLog(ctx, o); err != nil {
+	if err := s.openLog(ctx, o, keyPath); err != nil {
 		w.close()
 		if s.a.log != nil {
 			s.a.log.Close()
