@@ -2,8 +2,10 @@ package tlog
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"os"
 	"path/filepath"
@@ -227,6 +229,8 @@ type Log struct {
 	broken error
 
 	buf []byte
+	// leaf hashes leaves in Append.
+	leaf hash.Hash
 }
 
 // Recovery is what Open found and did.
@@ -423,10 +427,11 @@ func (l *Log) Append(recs []Record) error {
 	// Only this process appends; a segment of another size than it
 	// wrote was changed by someone else (appended to, cut short), and
 	// appending at l.off would write over or past what they did.
-	if fi, err := l.f.Stat(); err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(l.f.Fd()), &st); err != nil {
 		return fmt.Errorf("tlog: %w", err)
-	} else if fi.Size() != l.off {
-		l.broken = fmt.Errorf("tlog: segment %s is %d bytes, but this process wrote %d: the log was changed by another process", l.fname, fi.Size(), l.off)
+	} else if st.Size != l.off {
+		l.broken = fmt.Errorf("tlog: segment %s is %d bytes, but this process wrote %d: the log was changed by another process", l.fname, st.Size, l.off)
 		return l.broken
 	}
 	if _, err := l.f.WriteAt(b, l.off); err != nil {
@@ -438,8 +443,15 @@ func (l *Log) Append(recs []Record) error {
 		}
 	}
 	l.off += int64(len(b))
+	if l.leaf == nil {
+		l.leaf = sha256.New()
+	}
+	var h [HashSize]byte
 	for i := range recs {
-		l.tree.Append(LeafHash(recs[i].Canonical))
+		l.leaf.Reset()
+		l.leaf.Write(leafPrefix)
+		l.leaf.Write(recs[i].Canonical)
+		l.tree.Append([HashSize]byte(l.leaf.Sum(h[:0])))
 	}
 	l.head = prev
 	return nil
