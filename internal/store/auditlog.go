@@ -254,7 +254,7 @@ func verifyLog(dir string, head chainHead, from verifyPoint, tree *tlog.Tree) (a
 			// The entry resumed from must verify again, with the hash it
 			// had.
 			first = false
-			if perr != nil || e.Seq != from.cp.Seq || v.Add(e) != nil || !bytes.Equal(r.Hash[:], from.cp.Hash) {
+			if perr != nil || e.Seq != from.cp.Seq || v.AddCanonical(e, r.Canonical) != nil || !bytes.Equal(r.Hash[:], from.cp.Hash) {
 				rewritten = true
 				return errStop
 			}
@@ -273,7 +273,7 @@ func verifyLog(dir string, head chainHead, from verifyPoint, tree *tlog.Tree) (a
 			broken = &b
 			return errStop
 		}
-		if v.Add(e) != nil {
+		if v.AddCanonical(e, r.Canonical) != nil {
 			return errStop
 		}
 		if seq == head.seq && !bytes.Equal(r.Hash[:], head.hash) {
