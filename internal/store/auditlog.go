@@ -101,11 +101,7 @@ func (s *Store) AuditBefore(ctx context.Context, before int64, n int) ([]api.Aud
 func (s *Store) syncIndex(ctx context.Context) error {
 	s.mu.Lock()
 	behind := s.indexedSeq < s.head.seq
-	err := s.indexErr
 	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	if !behind {
 		return nil
 	}
@@ -113,9 +109,11 @@ func (s *Store) syncIndex(ctx context.Context) error {
 		return fmt.Errorf("store: bringing the audit index up to date: %w", err)
 	}
 	s.mu.Lock()
-	err = s.indexErr
-	s.mu.Unlock()
-	return err
+	defer s.mu.Unlock()
+	if s.indexedSeq < s.head.seq && s.indexErr != nil {
+		return s.indexErr
+	}
+	return nil
 }
 
 // AuditErr returns the failure that stopped the audit log, which wraps

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
@@ -41,7 +42,9 @@ type Recovery struct {
 func (s *Store) AuditRecovery() Recovery { return s.recovery }
 
 // indexed is called by the writer after it wrote (err nil) or failed to
-// write idx into the index.
+// write idx into the index. Rows that failed go back to the front of the
+// queue, to be tried again with the next batch; until they are written,
+// audit reads fail with the error.
 func (s *Store) indexed(idx []api.AuditEntry, err error) {
 	if len(idx) == 0 {
 		return
@@ -49,14 +52,12 @@ func (s *Store) indexed(idx []api.AuditEntry, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		if s.indexErr == nil {
-			s.indexErr = fmt.Errorf("store: the audit index stopped at entry %d (the log goes on; the next start rebuilds it): %w", s.indexedSeq, err)
-		}
+		s.index = append(slices.Clone(idx), s.index...)
+		s.indexErr = fmt.Errorf("store: the audit index is behind the log (it stops at entry %d; the log goes on): %w", s.indexedSeq, err)
 		return
 	}
-	if s.indexErr == nil {
-		s.indexedSeq = idx[len(idx)-1].Seq
-	}
+	s.indexedSeq = idx[len(idx)-1].Seq
+	s.indexErr = nil
 }
 
 // openLog opens the audit log and brings its index up to date: it

@@ -138,8 +138,8 @@ type Store struct {
 	// index holds written audit entries whose index rows the writer has
 	// not taken yet.
 	index []api.AuditEntry
-	// indexedSeq is the newest entry in the index; indexErr, once set,
-	// why the index stopped following the log.
+	// indexedSeq is the newest entry in the index; indexErr is why the
+	// last write of index rows failed (nil once one succeeds).
 	indexedSeq int64
 	indexErr   error
 	// events holds journal events the writer has not taken yet, at most

@@ -821,3 +821,42 @@ func TestBatchFailure(t *testing.T) {
 		t.Errorf("AuditTail = %d entries, %v; want %d", len(es), err, audits)
 	}
 }
+
+// Nothing on an append's path touches the database: with another
+// process holding the database's write lock, audit appends are written
+// and events accepted; the index and the journal catch up once the lock
+// is released.
+func TestAppendsDoNotWaitForTheDatabase(t *testing.T) {
+	ctx := context.Background()
+	s, path := openFile(t)
+	other := rawDB(t, path)
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 { // past pendingBatch, so the writer is woken and blocks
+		e, err := s.AppendAudit(ctx, record(i))
+		if err != nil || e.Seq != int64(i+1) {
+			t.Fatalf("AppendAudit %d with the database locked: seq %d, %v", i, e.Seq, err)
+		}
+		s.AppendEvent(api.Event{Sequence: e.Seq, Type: api.EventCapabilityInvoked})
+	}
+	if res, err := s.VerifyAudit(ctx); err != nil || !res.OK || res.Entries != 300 {
+		t.Errorf("VerifyAudit with the database locked = %+v, %v", res, err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	tail, err := s.AuditTail(ctx, 1000)
+	if err != nil || len(tail) != 300 {
+		t.Errorf("AuditTail after the lock = %d entries, %v; want 300", len(tail), err)
+	}
+	evs, err := s.RecentEvents(ctx, 1000)
+	if err != nil || len(evs) != 300 {
+		t.Errorf("RecentEvents after the lock = %d, %v; want 300", len(evs), err)
+	}
+}
