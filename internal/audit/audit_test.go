@@ -389,7 +389,7 @@ func TestParseCanonical(t *testing.T) {
 		t.Fatalf("ParseCanonical = %+v, %v; want %+v", got, err, e)
 	}
 	for _, bad := range []string{
-		strings.Replace(string(c), `"kind"`, `"extra":1,"kind"`, 1),    // unknown member
+		strings.Replace(string(c), `"kind"`, `"extra":1,"kind"`, 1),     // unknown member
 		strings.Replace(string(c), `{"a":2,"b":1}`, `{"b":1,"a":2}`, 1), // detail out of order
 		strings.Replace(string(c), `"seq":7`, `"seq":7.0`, 1),           // a number not canonical
 		string(c) + " ",
