@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"math"
 	"os"
 	"path/filepath"
@@ -229,8 +228,8 @@ type Log struct {
 	broken error
 
 	buf []byte
-	// leaf hashes leaves in Append.
-	leaf hash.Hash
+	// leaf holds the leaf hash's input in Append.
+	leaf []byte
 }
 
 // Recovery is what Open found and did.
@@ -443,15 +442,10 @@ func (l *Log) Append(recs []Record) error {
 		}
 	}
 	l.off += int64(len(b))
-	if l.leaf == nil {
-		l.leaf = sha256.New()
-	}
-	var h [HashSize]byte
 	for i := range recs {
-		l.leaf.Reset()
-		l.leaf.Write(leafPrefix)
-		l.leaf.Write(recs[i].Canonical)
-		l.tree.Append([HashSize]byte(l.leaf.Sum(h[:0])))
+		// 0x00 || C(n), hashed from one buffer: no allocation per leaf.
+		l.leaf = append(append(l.leaf[:0], 0), recs[i].Canonical...)
+		l.tree.Append(sha256.Sum256(l.leaf))
 	}
 	l.head = prev
 	return nil

@@ -3,7 +3,6 @@ package tlog
 import (
 	"crypto/sha256"
 	"fmt"
-	"hash"
 
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
@@ -13,9 +12,6 @@ import (
 // Hasher is RFC 6962's: SHA-256 with 0x00 before a leaf and 0x01 before
 // two children.
 var Hasher = rfc6962.DefaultHasher
-
-// The RFC 6962 domain separation bytes.
-var leafPrefix, nodePrefix = []byte{0}, []byte{1}
 
 // LeafHash is the RFC 6962 hash of the leaf c, an entry's canonical form.
 func LeafHash(c []byte) [HashSize]byte {
@@ -35,8 +31,6 @@ type Tree struct {
 	// levels[0] holds the leaf hashes; levels[k][i] the root of the
 	// perfect subtree over leaves [i<<k, (i+1)<<k).
 	levels [][][HashSize]byte
-	// h hashes inner nodes as they are appended.
-	h hash.Hash
 }
 
 // Size is the number of leaves.
@@ -67,15 +61,11 @@ func (t *Tree) Append(leaf [HashSize]byte) {
 		if n%2 == 1 {
 			return
 		}
-		if t.h == nil {
-			t.h = sha256.New()
-		}
-		left := t.levels[k][n-2]
-		t.h.Reset()
-		t.h.Write(nodePrefix)
-		t.h.Write(left[:])
-		t.h.Write(h[:])
-		t.h.Sum(h[:0])
+		var in [1 + 2*HashSize]byte
+		in[0] = 1
+		copy(in[1:], t.levels[k][n-2][:])
+		copy(in[1+HashSize:], h[:])
+		h = sha256.Sum256(in[:])
 	}
 }
 
