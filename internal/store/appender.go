@@ -19,7 +19,9 @@ import (
 // written; the SQLite index is fed afterwards by the writer goroutine,
 // off the reply's path.
 //
-// Its fields are guarded by mu, held by whoever appends.
+// Its fields are guarded by mu, held by whoever appends, and by the
+// readers of the tree (checkpoints, proofs). Lock order: mu before
+// Store.mu, never the other way round.
 type appender struct {
 	s  *Store
 	mu sync.Mutex

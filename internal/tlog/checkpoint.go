@@ -2,6 +2,7 @@ package tlog
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -184,4 +185,9 @@ func openWith(text string, v note.Verifier) (Checkpoint, error) {
 		return Checkpoint{}, fmt.Errorf("the checkpoint's origin %q is not this log's %q", c.Origin, v.Name())
 	}
 	return c, nil
+}
+
+// ed25519Public returns the public key of an Ed25519 seed.
+func ed25519Public(seed []byte) ed25519.PublicKey {
+	return ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
 }
