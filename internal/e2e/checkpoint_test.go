@@ -97,4 +97,3 @@ func TestAuditCheckpointTruncation(t *testing.T) {
 		}
 	}
 }
-
