@@ -233,7 +233,7 @@ func (s *Store) migrate(ctx context.Context) (int64, error) {
 	}
 	err := s.readIndex(ctx, 1, func(e api.AuditEntry) error {
 		if err := v.Add(e); err != nil {
-			return fmt.Errorf("the database's audit rows cannot be moved into the audit log: %w; check them with an earlier pcpctl (audit verify --db) and move the database aside", err)
+			return fmt.Errorf("the database's audit rows cannot be moved into the audit log: %w (pcpctl audit verify --db names the entry); move the database aside to start afresh", err)
 		}
 		r, err := logRecord(e)
 		if err != nil {
