@@ -860,3 +860,126 @@ func TestAppendsDoNotWaitForTheDatabase(t *testing.T) {
 		t.Errorf("RecentEvents after the lock = %d, %v; want 300", len(evs), err)
 	}
 }
+
+// A database whose audit rows do not form a chain is not moved into a
+// new log: Open fails, naming the entry.
+func TestMigrateBrokenRows(t *testing.T) {
+	s, path := openFile(t)
+	appendN(t, s, 5)
+	s.Close()
+	if err := os.RemoveAll(AuditDir(path)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawDB(t, path).Exec(`UPDATE audit SET outcome = 'denied' WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(context.Background(), path)
+	if err == nil {
+		s2.Close()
+		t.Fatal("Open migrated a broken chain")
+	}
+	if !strings.Contains(err.Error(), "seq 3") || !strings.Contains(err.Error(), "cannot be moved into the audit log") {
+		t.Errorf("Open: %v; want the broken entry 3 named", err)
+	}
+}
+
+// TestIndexRestoresLostEntries: after a power loss without fsync the log
+// may have lost its newest records while the index kept them; the next
+// start appends them to the log again, as they continue its chain.
+func TestIndexRestoresLostEntries(t *testing.T) {
+	ctx := context.Background()
+	s, path := openFile(t)
+	es := appendN(t, s, 6)
+	s.Close()
+	recs := readRecords(t, path)
+	writeRecords(t, path, recs[:4])
+	s = reopen(t, s, path)
+	if rec := s.AuditRecovery(); rec.Restored != 2 || rec.Entries != 6 {
+		t.Errorf("recovery = %+v; want 2 entries restored, 6 in all", rec)
+	}
+	if res, err := s.VerifyAudit(ctx); err != nil || !res.OK || res.Entries != 6 || res.Head != es[5].Hash {
+		t.Errorf("VerifyAudit = %+v, %v; want ok with 6 entries, head %s", res, err, es[5].Hash)
+	}
+	if e, err := s.AppendAudit(ctx, record(7)); err != nil || e.Seq != 7 || e.PrevHash != es[5].Hash {
+		t.Errorf("append after restoring = %+v, %v", e, err)
+	}
+}
+
+// Index rows the log lost that do not continue its chain are not
+// restored: appends are refused instead.
+func TestIndexRestoreRefusesAForeignChain(t *testing.T) {
+	ctx := context.Background()
+	s, path := openFile(t)
+	appendN(t, s, 6)
+	s.Close()
+	writeRecords(t, path, readRecords(t, path)[:4])
+	if _, err := rawDB(t, path).Exec(`UPDATE audit SET prev_hash = ? WHERE seq = 5`, strings.Repeat("c", 64)); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s, path)
+	if _, err := s.AppendAudit(ctx, record(7)); !errors.Is(err, audit.ErrUnavailable) || !strings.Contains(err.Error(), "do not continue it") {
+		t.Errorf("append: %v; want ErrUnavailable saying the index's entries do not continue the log", err)
+	}
+}
+
+// TestIndexRebuilt: a missing or different index is rebuilt from the log.
+func TestIndexRebuilt(t *testing.T) {
+	ctx := context.Background()
+	s, path := openFile(t)
+	es := appendN(t, s, 6)
+	s.Close()
+	if _, err := rawDB(t, path).Exec(`DELETE FROM audit WHERE seq > 2`); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s, path)
+	if rec := s.AuditRecovery(); rec.Indexed != 4 || rec.Rebuilt {
+		t.Errorf("recovery = %+v; want 4 entries indexed", rec)
+	}
+	tail, err := s.AuditTail(ctx, 10)
+	if err != nil || !cmp.Equal(tail, es) {
+		t.Errorf("AuditTail after catching up = %v, %v; want %v", tail, err, es)
+	}
+	s.Close()
+	if _, err := rawDB(t, path).Exec(`UPDATE audit SET hash = ? WHERE seq = 6`, strings.Repeat("d", 64)); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s, path)
+	if rec := s.AuditRecovery(); !rec.Rebuilt || rec.Indexed != 6 {
+		t.Errorf("recovery = %+v; want the index rebuilt with 6 entries", rec)
+	}
+	tail, err = s.AuditTail(ctx, 10)
+	if err != nil || !cmp.Equal(tail, es) {
+		t.Errorf("AuditTail after the rebuild = %v, %v; want %v", tail, err, es)
+	}
+}
+
+// TestMigrateRows: a state database from before the log has its audit
+// rows moved into a new log on first start; the key that signs
+// checkpoints lives beside the database, so a damaged log moved aside
+// and rebuilt the same way keeps its identity.
+func TestMigrateRows(t *testing.T) {
+	ctx := context.Background()
+	s, path := openFile(t)
+	es := appendN(t, s, 5)
+	cp, err := s.AuditCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := os.Rename(AuditDir(path), AuditDir(path)+".damaged"); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s, path)
+	if rec := s.AuditRecovery(); rec.Migrated != 5 || rec.Entries != 5 {
+		t.Errorf("recovery = %+v; want 5 entries migrated", rec)
+	}
+	if res, err := s.VerifyAudit(ctx); err != nil || !res.OK || res.Entries != 5 || res.Head != es[4].Hash {
+		t.Errorf("VerifyAudit after migrating = %+v, %v", res, err)
+	}
+	if res, err := s.AuditConsistency(ctx, cp.Checkpoint); err != nil || !res.OK {
+		t.Errorf("the checkpoint of the log before against the migrated one: %+v, %v", res, err)
+	}
+	if e, err := s.AppendAudit(ctx, record(7)); err != nil || e.Seq != 6 || e.PrevHash != es[4].Hash {
+		t.Errorf("append after migrating = %+v, %v", e, err)
+	}
+}
