@@ -56,6 +56,14 @@ const (
 	MethodAppsSocket = "apps.socket"
 	// MethodAppsState asks a Tier 1 app for its dynamic state.
 	MethodAppsState = "apps.state"
+	// MethodAuditCheckpoint returns a signed checkpoint of the audit
+	// log's Merkle tree.
+	MethodAuditCheckpoint = "audit.checkpoint"
+	// MethodAuditConsistency proves that the audit log extends a
+	// checkpoint given to it. User only.
+	MethodAuditConsistency = "audit.consistency"
+	// MethodAuditProve returns an inclusion proof of one audit entry.
+	MethodAuditProve = "audit.prove"
 	// MethodAuditTail returns the most recent audit entries.
 	MethodAuditTail = "audit.tail"
 	// MethodAuditVerify walks the audit chain as stored on disk.
@@ -122,6 +130,9 @@ var Methods = []MethodInfo{
 	{Name: MethodAppsList, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAppsSocket, Role: RoleAgent},
 	{Name: MethodAppsState, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodAuditCheckpoint, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodAuditConsistency, Role: RoleUser},
+	{Name: MethodAuditProve, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAuditTail, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodAuditVerify, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodConfirmApprove, Role: RoleUser},

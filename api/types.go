@@ -457,6 +457,64 @@ type AuditVerifyResult struct {
 	Problem   string `json:"problem,omitempty"`
 }
 
+// AuditCheckpointResult is the result of audit.checkpoint: a C2SP
+// tlog-checkpoint of the audit log's RFC 6962 Merkle tree, signed with
+// the log's Ed25519 key (docs/audit.md).
+type AuditCheckpointResult struct {
+	// Checkpoint is the signed note: origin, size and base64 root hash
+	// lines, a blank line and the signature line.
+	Checkpoint string `json:"checkpoint"`
+	Origin     string `json:"origin"`
+	Size       uint64 `json:"size"`
+	// Root is the tree's root hash in hex.
+	Root string `json:"root"`
+	// Key is the note verifier key that checks the signature.
+	Key string `json:"key"`
+}
+
+// AuditProveParams are the parameters of audit.prove.
+type AuditProveParams struct {
+	// Seq is the entry to prove; its leaf index is Seq-1.
+	Seq int64 `json:"seq"`
+}
+
+// AuditProveResult is the result of audit.prove: an RFC 9162 inclusion
+// proof of Entry in the tree of the checkpoint that comes with it.
+type AuditProveResult struct {
+	Entry     AuditEntry `json:"entry"`
+	LeafIndex uint64     `json:"leaf_index"`
+	// LeafHash is SHA-256(0x00 || C(entry)) in hex, where C is the
+	// canonical form the chain hashes (docs/audit.md).
+	LeafHash string `json:"leaf_hash"`
+	TreeSize uint64 `json:"tree_size"`
+	// Proof is the inclusion path, hex hashes from the leaf up.
+	Proof      []string              `json:"proof"`
+	Checkpoint AuditCheckpointResult `json:"checkpoint"`
+}
+
+// AuditConsistencyParams are the parameters of audit.consistency.
+type AuditConsistencyParams struct {
+	// Checkpoint is a signed checkpoint audit.checkpoint returned earlier.
+	Checkpoint string `json:"checkpoint"`
+}
+
+// AuditConsistencyResult is the result of audit.consistency. The daemon
+// rereads the log from disk for it. When OK, Proof is the RFC 9162
+// consistency proof from the old checkpoint's tree to the tree of
+// Checkpoint; when not, Problem says how the log stopped containing the
+// old tree (truncated or rewritten) and BrokenSeq, when known, names the
+// first entry concerned.
+type AuditConsistencyResult struct {
+	OK      bool   `json:"ok"`
+	OldSize uint64 `json:"old_size"`
+	// Size is the number of entries the log holds now.
+	Size       uint64                 `json:"size"`
+	Proof      []string               `json:"proof,omitempty"`
+	Checkpoint *AuditCheckpointResult `json:"checkpoint,omitempty"`
+	BrokenSeq  int64                  `json:"broken_seq,omitempty"`
+	Problem    string                 `json:"problem,omitempty"`
+}
+
 // EventsHistoryParams are the parameters of events.history.
 type EventsHistoryParams struct {
 	Limit int `json:"limit,omitempty"`

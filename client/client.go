@@ -310,6 +310,22 @@ func (c *Client) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error
 	return call[api.AuditVerifyResult](ctx, c, api.MethodAuditVerify, nil)
 }
 
+// AuditCheckpoint returns a signed checkpoint of the audit log.
+func (c *Client) AuditCheckpoint(ctx context.Context) (*api.AuditCheckpointResult, error) {
+	return call[api.AuditCheckpointResult](ctx, c, api.MethodAuditCheckpoint, nil)
+}
+
+// AuditProve returns the inclusion proof of audit entry seq.
+func (c *Client) AuditProve(ctx context.Context, seq int64) (*api.AuditProveResult, error) {
+	return call[api.AuditProveResult](ctx, c, api.MethodAuditProve, &api.AuditProveParams{Seq: seq})
+}
+
+// AuditConsistency asks the daemon to prove that its audit log extends
+// the signed checkpoint; the caller should check the proof itself.
+func (c *Client) AuditConsistency(ctx context.Context, checkpoint string) (*api.AuditConsistencyResult, error) {
+	return call[api.AuditConsistencyResult](ctx, c, api.MethodAuditConsistency, &api.AuditConsistencyParams{Checkpoint: checkpoint})
+}
+
 // EventHistory returns the newest limit events of the journal, oldest
 // first, following the daemon's pages as AuditTail does.
 func (c *Client) EventHistory(ctx context.Context, limit int) (*api.EventsHistoryResult, error) {

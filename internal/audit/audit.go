@@ -28,8 +28,10 @@
 // Editing any field of an entry changes C(n) and so breaks hash(n);
 // deleting, duplicating or reordering entries breaks the seq sequence and
 // the prev_hash links. Truncating the newest entries leaves a valid
-// shorter chain; detecting that needs a head hash kept elsewhere (the
-// store compares against the head it committed).
+// shorter chain; detecting that needs a head kept elsewhere: the store
+// compares against the head it wrote, and a signed checkpoint of the
+// log's Merkle tree (internal/tlog, docs/audit.md) proves it to anyone
+// who kept one.
 package audit
 
 import (
@@ -63,6 +65,14 @@ var genesis = make([]byte, HashSize)
 // (it fails closed); an error that does not wrap it failed one record
 // alone.
 var ErrUnavailable = errors.New("audit log unavailable")
+
+// ErrBadCheckpoint is wrapped by the errors of a checkpoint that cannot
+// be read or is not signed by the log's key.
+var ErrBadCheckpoint = errors.New("bad checkpoint")
+
+// ErrNoEntry is wrapped by the error of a proof asked for an entry the
+// log does not hold.
+var ErrNoEntry = errors.New("no such audit entry")
 
 // Record is what the broker asks to append: an entry before the chain has
 // given it a seq and hashes.
@@ -332,4 +342,49 @@ func ParamsDigest(params json.RawMessage) string {
 	}
 	sum := sha256.Sum256(p)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// AppendCanonical appends C(e) of the prepared record placed at seq to b.
+// It is the text Seal hashes behind the previous hash, and the leaf of the
+// log's Merkle tree.
+func (p *Prepared) AppendCanonical(b []byte, seq int64) []byte {
+	b = append(b, p.before...)
+	b = strconv.AppendInt(b, seq, 10)
+	return append(b, p.after...)
+}
+
+// ParseCanonical rebuilds an entry from its canonical form c and its two
+// raw hashes, as a log record holds them. It fails when c is not the
+// canonical JSON of an entry: not JSON, members missing, unknown or out of
+// canonical form.
+func ParseCanonical(c, prev, hash []byte) (api.AuditEntry, error) {
+	// Unknown members, duplicates and anything out of canonical form make
+	// the re-encoding below differ from c.
+	var ce canonicalEntry
+	if err := json.Unmarshal(c, &ce); err != nil {
+		return api.AuditEntry{}, fmt.Errorf("audit: canonical entry: %w", err)
+	}
+	e := api.AuditEntry{
+		Seq:          ce.Seq,
+		Time:         ce.Time,
+		Kind:         ce.Kind,
+		Source:       ce.Source,
+		Actor:        ce.Actor,
+		AppID:        ce.AppID,
+		CapabilityID: ce.CapabilityID,
+		ParamsDigest: ce.ParamsDigest,
+		Outcome:      ce.Outcome,
+		DurationUS:   ce.DurationUS,
+		Detail:       ce.Detail,
+		PrevHash:     hex.EncodeToString(prev),
+		Hash:         hex.EncodeToString(hash),
+	}
+	again, err := Canonical(e)
+	if err != nil {
+		return api.AuditEntry{}, err
+	}
+	if !bytes.Equal(again, c) {
+		return api.AuditEntry{}, fmt.Errorf("audit: entry %d is not in canonical form", e.Seq)
+	}
+	return e, nil
 }

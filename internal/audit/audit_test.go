@@ -371,3 +371,32 @@ func TestResume(t *testing.T) {
 		t.Error("an edited checkpoint entry verified")
 	}
 }
+
+// ParseCanonical reads back what Prepare and Seal produce, and refuses
+// text that is not exactly an entry's canonical form.
+func TestParseCanonical(t *testing.T) {
+	p, err := Prepare(Record{Time: time.Unix(1, 0), Kind: "invoke", Outcome: "success", AppID: "a", Detail: json.RawMessage(`{"b":1,"a":2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, h, err := p.Seal(nil, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.AppendCanonical(nil, 7)
+	got, err := ParseCanonical(c, make([]byte, HashSize), h)
+	if err != nil || got.Hash != e.Hash || got.PrevHash != e.PrevHash || got.Seq != 7 || string(got.Detail) != `{"a":2,"b":1}` {
+		t.Fatalf("ParseCanonical = %+v, %v; want %+v", got, err, e)
+	}
+	for _, bad := range []string{
+		strings.Replace(string(c), `"kind"`, `"extra":1,"kind"`, 1),     // unknown member
+		strings.Replace(string(c), `{"a":2,"b":1}`, `{"b":1,"a":2}`, 1), // detail out of order
+		strings.Replace(string(c), `"seq":7`, `"seq":7.0`, 1),           // a number not canonical
+		string(c) + " ",
+		`{"seq":`,
+	} {
+		if _, err := ParseCanonical([]byte(bad), make([]byte, HashSize), h); err == nil {
+			t.Errorf("ParseCanonical(%s) succeeded", bad)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 
@@ -38,7 +39,14 @@ type Verifier struct {
 // (catches gaps, duplicates and reordering), prev_hash must equal the
 // previous entry's hash, and hash must equal the recomputed hash (catches
 // an edited field).
-func (v *Verifier) Add(e api.AuditEntry) error {
+func (v *Verifier) Add(e api.AuditEntry) error { return v.add(e, nil) }
+
+// AddCanonical is Add for an entry whose canonical form c the caller
+// already has (ParseCanonical checked it): the hash is computed over c
+// instead of encoding e again.
+func (v *Verifier) AddCanonical(e api.AuditEntry, c []byte) error { return v.add(e, c) }
+
+func (v *Verifier) add(e api.AuditEntry, c []byte) error {
 	if v.broken != nil {
 		return v.broken
 	}
@@ -65,7 +73,16 @@ func (v *Verifier) Add(e api.AuditEntry) error {
 		}
 		return v.breakAt(e.Seq, want, fmt.Sprintf("prev_hash is %q, want %s, the hash of seq %d", e.PrevHash, wantPrev, v.last))
 	}
-	h, err := EntryHash(prev, e)
+	var h []byte
+	var err error
+	if c != nil {
+		sum := sha256.New()
+		sum.Write(prev)
+		sum.Write(c)
+		h = sum.Sum(nil)
+	} else {
+		h, err = EntryHash(prev, e)
+	}
 	if err != nil {
 		return v.breakAt(e.Seq, want, fmt.Sprintf("entry cannot be hashed (an edited field?): %v", err))
 	}

@@ -3,7 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -379,13 +379,14 @@ func TestAuditVerify(t *testing.T) {
 		t.Errorf("audit verify --json: got %+v", res)
 	}
 
-	// Rewrite the first entry behind the daemon's back.
-	sdb, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(5000)")
+	// Flip a byte of the first entry's record behind the daemon's back.
+	seg := filepath.Join(d.stateDir, "audit", "00000000000000000000.log")
+	b, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sdb.Close()
-	if _, err := sdb.Exec(`UPDATE audit SET outcome = 'PERMISSION_DENIED' WHERE seq = 1`); err != nil {
+	b[16+8+72+5] ^= 0x20
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"audit", "verify"}, {"audit", "verify", "--db", db}} {
@@ -398,6 +399,72 @@ func TestAuditVerify(t *testing.T) {
 	_, _, err = d.run(t, "audit", "verify", "--db", filepath.Join(d.stateDir, "missing.db"))
 	if err == nil {
 		t.Error("audit verify --db on a missing file: got success")
+	}
+}
+
+// pcpctl audit checkpoint prints a signed checkpoint; audit verify
+// --checkpoint proves the log extends it, online and offline, and names
+// the entries removed after it; audit prove prints an inclusion proof
+// that pcpctl has checked.
+func TestAuditCheckpoint(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t)
+	for range 3 {
+		d.mustRun(t, "invoke", "pcp.inspection.health")
+	}
+	cp := d.mustRun(t, "audit", "checkpoint")
+	lines := strings.Split(cp, "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[0], "pcp.local/audit/") || lines[1] != "3" || lines[3] != "" || !strings.HasPrefix(lines[4], "— "+lines[0]+" ") {
+		t.Fatalf("audit checkpoint printed:\n%s", cp)
+	}
+	file := filepath.Join(t.TempDir(), "checkpoint")
+	if err := os.WriteFile(file, []byte(cp), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		d.mustRun(t, "invoke", "pcp.inspection.health")
+	}
+	db := filepath.Join(d.stateDir, "pcp.db")
+	for _, args := range [][]string{{"audit", "verify", "--checkpoint", file}, {"audit", "verify", "--db", db, "--checkpoint", file}} {
+		out := d.mustRun(t, args...)
+		if !strings.HasPrefix(out, "audit log extends the checkpoint: 3 entries then, 5 now; consistency proof of ") {
+			t.Errorf("%v: %q", args, out)
+		}
+	}
+
+	out := d.mustRun(t, "audit", "prove", "2")
+	for _, want := range []string{"entry:      2\n", "leaf index: 1\n", "tree size:  5\n", "proof:      3 hashes\n", "checkpoint:\n" + lines[0] + "\n5\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("audit prove 2 does not print %q:\n%s", want, out)
+		}
+	}
+	var p api.AuditProveResult
+	decode(t, d.mustRun(t, "--json", "audit", "prove", "5"), &p)
+	if p.LeafIndex != 4 || p.TreeSize != 5 || len(p.LeafHash) != 64 {
+		t.Errorf("audit prove --json 5 = %+v", p)
+	}
+	if _, _, err := d.run(t, "audit", "prove", "6"); err == nil || !strings.Contains(err.Error(), "1 to 5") {
+		t.Errorf("audit prove 6: %v, want the range of entries named", err)
+	}
+
+	// Cut the log back to two entries behind the daemon's back.
+	seg := filepath.Join(d.stateDir, "audit", "00000000000000000000.log")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 16
+	for range 2 {
+		off += 8 + int(binary.BigEndian.Uint32(b[off:]))
+	}
+	if err := os.WriteFile(seg, b[:off], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"audit", "verify", "--checkpoint", file}, {"audit", "verify", "--db", db, "--checkpoint", file}} {
+		_, _, err := d.run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "the log holds 2 entries but the checkpoint was signed over 3: entry 3 was removed") {
+			t.Errorf("%v after truncating: %v", args, err)
+		}
 	}
 }
 

@@ -382,7 +382,7 @@ func (d *doctor) checkAudit(ctx context.Context) check {
 	}
 	if !v.OK {
 		return fail(c, fmt.Sprintf("broken at entry %d of %d: %s", v.BrokenSeq, v.Entries, v.Problem),
-			"keep "+d.stateDir+"/pcp.db for inspection; pcpctl audit tail shows the entries around it")
+			"keep "+d.stateDir+"/audit for inspection (docs/audit.md says how to repair the log); pcpctl audit tail shows the entries around it")
 	}
 	return ok(c, fmt.Sprintf("%d entries verify", v.Entries))
 }

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"database/sql"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -248,12 +247,13 @@ func TestDoctorDaemonState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chmod(d.stateDir, 0o700)
-	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(d.stateDir, "pcp.db")+"?_pragma=busy_timeout(5000)")
+	seg := filepath.Join(d.stateDir, "audit", "00000000000000000000.log")
+	b, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sdb.Close()
-	if _, err := sdb.Exec(`UPDATE audit SET outcome = 'PERMISSION_DENIED' WHERE seq = 1`); err != nil {
+	b[16+8+72+5] ^= 0x20 // a byte of entry 1
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	pol := filepath.Join(t.TempDir(), "policy.toml")
@@ -273,7 +273,7 @@ func TestDoctorDaemonState(t *testing.T) {
 	wantFailed(t, r, err)
 	wantStatus(t, checks, "state dir", "fail", "chmod go-w "+d.stateDir)
 	wantStatus(t, checks, "socket files", "fail", "chmod 600 "+d.control)
-	wantStatus(t, checks, "audit chain", "fail", "pcp.db")
+	wantStatus(t, checks, "audit chain", "fail", d.stateDir+"/audit")
 	wantStatus(t, checks, "policy", "fail", "pcpctl policy reload")
 	if c := checks["audit chain"]; !strings.Contains(c.Detail, "broken at entry 1 ") {
 		t.Errorf("audit chain: detail %q, want it broken at entry 1", c.Detail)

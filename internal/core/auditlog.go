@@ -3,8 +3,11 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/audit"
 )
 
 // maxReplyBytes bounds the encoded items of one page of events.history,
@@ -116,6 +119,56 @@ func (b *Broker) AuditVerify(ctx context.Context) (*api.AuditVerifyResult, error
 	r, err := verify(ctx)
 	if err != nil {
 		return nil, &api.Error{Code: api.CodeInternalError, Message: "verifying the audit log: " + err.Error()}
+	}
+	return &r, nil
+}
+
+// AuditCheckpoint returns a signed checkpoint of the audit log's Merkle
+// tree as written so far.
+func (b *Broker) AuditCheckpoint(ctx context.Context) (*api.AuditCheckpointResult, error) {
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, err
+	}
+	r, err := b.store.AuditCheckpoint(ctx)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "signing an audit checkpoint: " + err.Error()}
+	}
+	return &r, nil
+}
+
+// AuditProve returns the inclusion proof of one audit entry.
+func (b *Broker) AuditProve(ctx context.Context, p *api.AuditProveParams) (*api.AuditProveResult, error) {
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, err
+	}
+	if p.Seq < 1 {
+		return nil, api.InvalidParam("seq", "must be at least 1")
+	}
+	r, err := b.store.AuditProve(ctx, p.Seq)
+	if errors.Is(err, audit.ErrNoEntry) {
+		return nil, api.InvalidParam("seq", "%s", strings.TrimPrefix(err.Error(), audit.ErrNoEntry.Error()+": "))
+	}
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "proving an audit entry: " + err.Error()}
+	}
+	return &r, nil
+}
+
+// AuditConsistency rereads the audit log and proves that it extends the
+// tree of a checkpoint signed earlier, or says how it does not.
+func (b *Broker) AuditConsistency(ctx context.Context, p *api.AuditConsistencyParams) (*api.AuditConsistencyResult, error) {
+	if err := b.limits.connection(SessionFrom(ctx), b.now()); err != nil {
+		return nil, err
+	}
+	if p.Checkpoint == "" {
+		return nil, api.MissingParam("checkpoint")
+	}
+	r, err := b.store.AuditConsistency(ctx, p.Checkpoint)
+	if errors.Is(err, audit.ErrBadCheckpoint) {
+		return nil, api.InvalidParam("checkpoint", "%s", strings.TrimPrefix(err.Error(), audit.ErrBadCheckpoint.Error()+": "))
+	}
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeInternalError, Message: "checking an audit checkpoint: " + err.Error()}
 	}
 	return &r, nil
 }

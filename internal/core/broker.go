@@ -76,12 +76,15 @@ type AppStore interface {
 	Revocations(ctx context.Context) ([]stored.Revocation, error)
 }
 
-// AuditLog is the hash-chained audit log.
+// AuditLog is the hash-chained audit log with its Merkle tree.
 type AuditLog interface {
 	AppendAudit(ctx context.Context, r audit.Record) (api.AuditEntry, error)
 	AuditBefore(ctx context.Context, before int64, n int) ([]api.AuditEntry, error)
 	VerifyAudit(ctx context.Context) (api.AuditVerifyResult, error)
 	VerifyAuditIncremental(ctx context.Context) (api.AuditVerifyResult, error)
+	AuditCheckpoint(ctx context.Context) (api.AuditCheckpointResult, error)
+	AuditProve(ctx context.Context, seq int64) (api.AuditProveResult, error)
+	AuditConsistency(ctx context.Context, checkpoint string) (api.AuditConsistencyResult, error)
 }
 
 // Journal is the bounded event journal. AppendEvent is called under

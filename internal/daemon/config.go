@@ -55,6 +55,10 @@ type Config struct {
 	TokenFile string
 	// AllowUnsigned accepts unsigned manifests (development only).
 	AllowUnsigned bool
+	// AuditFsync makes every group of audit entries fsynced before the
+	// replies waiting for them go out, so that an acknowledged entry
+	// survives a power loss too (store.WithAuditSync).
+	AuditFsync bool
 	// RateLimits bound invocations; nil means core.DefaultRateLimits.
 	RateLimits *core.RateLimits
 	// PolicyFile is the user's policy (default

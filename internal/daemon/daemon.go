@@ -185,9 +185,10 @@ func New(cfg Config) (_ *Server, err error) {
 	if s.lock, err = lockStateDir(cfg.StateDir); err != nil {
 		return nil, err
 	}
-	if s.st, err = store.Open(s.ctx, filepath.Join(cfg.StateDir, "pcp.db")); err != nil {
+	if s.st, err = store.Open(s.ctx, filepath.Join(cfg.StateDir, "pcp.db"), store.WithAuditSync(cfg.AuditFsync)); err != nil {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
+	s.logRecovery(s.st.AuditRecovery())
 	pol, err := policy.Load(cfg.PolicyFile)
 	if err != nil {
 		return nil, err
@@ -589,5 +590,26 @@ func (s *Server) serveConn(t *tracked, info core.SessionInfo) {
 	}
 	if err != nil {
 		s.log.Debug("connection ended", "transport", info.Transport, "err", err)
+	}
+}
+
+// logRecovery reports what opening the audit log found and did.
+func (s *Server) logRecovery(r store.Recovery) {
+	if r.Torn != "" {
+		s.log.Warn("audit log: cut off a record the last run did not finish writing (never acknowledged)", "record", r.Torn)
+	}
+	if r.Corrupt != "" {
+		s.log.Error("audit log: a record is damaged; every action is refused until the log is repaired (see docs/audit.md)", "record", r.Corrupt)
+	}
+	if r.Migrated > 0 {
+		s.log.Info("audit log: moved the database's audit entries into the log", "entries", r.Migrated)
+	}
+	if r.Restored > 0 {
+		s.log.Warn("audit log: appended again entries the log had lost and its index kept", "entries", r.Restored)
+	}
+	if r.Rebuilt {
+		s.log.Warn("audit log: its index disagreed with the log and was rebuilt", "entries", r.Indexed)
+	} else if r.Indexed > 0 {
+		s.log.Info("audit log: indexed entries the index lacked", "entries", r.Indexed)
 	}
 }

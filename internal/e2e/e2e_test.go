@@ -7,11 +7,10 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +22,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" driver, for the tamper test
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
@@ -681,8 +678,8 @@ func TestKillDuringBurst(t *testing.T) {
 	w.auditVerify()
 }
 
-// TestAuditTamper edits one audit row in the stopped daemon's database and
-// checks that offline verification names it.
+// TestAuditTamper damages one record of the stopped daemon's audit log
+// and checks that offline verification names it.
 func TestAuditTamper(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -691,6 +688,21 @@ func TestAuditTamper(t *testing.T) {
 	for i := range 3 {
 		var c created
 		w.invoke(&c, "create", fmt.Sprintf("title=note %d", i), "body=b")
+	}
+	// The second create is the entry to damage.
+	var tail api.AuditTailResult
+	w.pcpctlJSON(&tail, "audit", "tail", "-n", "100")
+	var seq int64
+	creates := 0
+	for _, en := range tail.Entries {
+		if en.CapabilityID == notesApp+".create" && en.Outcome == api.StatusSuccess {
+			if creates++; creates == 2 {
+				seq = en.Seq
+			}
+		}
+	}
+	if seq == 0 {
+		t.Fatalf("no second create in the audit log: %+v", tail.Entries)
 	}
 	if err := w.stop(w.notes, syscall.SIGTERM); err != nil {
 		t.Errorf("notes: %v", err)
@@ -705,27 +717,18 @@ func TestAuditTamper(t *testing.T) {
 		t.Fatalf("offline verify before tampering: %v", ok)
 	}
 
-	// Rewrite history: the second create "failed".
-	dsn := (&url.URL{Scheme: "file", OmitHost: true, Path: dbPath, RawQuery: "_pragma=busy_timeout(5000)"}).String()
-	db, err := sql.Open("sqlite", dsn)
+	// Damage the record of the second create: one byte of its entry.
+	seg := filepath.Join(w.stateDir, "audit", "00000000000000000000.log")
+	b, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seq int64
-	err = db.QueryRow(`SELECT seq FROM audit WHERE capability_id = ? AND outcome = 'success' ORDER BY seq LIMIT 1 OFFSET 1`, notesApp+".create").Scan(&seq)
-	if err != nil {
-		db.Close()
-		t.Fatalf("finding the audit row of the second create: %v", err)
+	off := 16
+	for range seq - 1 {
+		off += 8 + int(binary.BigEndian.Uint32(b[off:]))
 	}
-	res, err := db.Exec(`UPDATE audit SET outcome = 'INTERNAL_ERROR' WHERE seq = ?`, seq)
-	if err != nil {
-		db.Close()
-		t.Fatal(err)
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		t.Fatalf("tampering updated %d rows, want 1", n)
-	}
-	if err := db.Close(); err != nil {
+	b[off+8+72+10] ^= 0x01
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 

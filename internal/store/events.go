@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/pcp-dev/pcp/api"
 )
@@ -32,35 +31,15 @@ func (s *Store) AppendEvent(ev api.Event) {
 	if s.journalHeld.Load() < int64(s.journalLimit) {
 		s.journalHeld.Add(1)
 	}
-	first, full := len(s.events) == 1, len(s.events) >= eventBatch
-	if full {
-		s.eventsDue = true
-	}
+	// Events are written in batches by the writer goroutine, never on
+	// the path of a reply: with the next change, after pendingDelay, or
+	// once pendingBatch rows are waiting.
+	poke := s.pendingLocked(1)
 	s.mu.Unlock()
-	// Events are committed in groups: an invocation's event is published
-	// after its audit commit, and a transaction of its own per event
-	// would double the commits. They go in with the next transaction that
-	// is not a lone audit append, or after eventCommitDelay, or once
-	// eventBatch are pending, whichever comes first.
-	switch {
-	case full:
+	if poke {
 		s.poke()
-	case first:
-		time.AfterFunc(eventCommitDelay, func() {
-			s.mu.Lock()
-			s.eventsDue = true
-			s.mu.Unlock()
-			s.poke()
-		})
 	}
 }
-
-const (
-	// eventCommitDelay bounds how long an event waits to be committed.
-	eventCommitDelay = 5 * time.Millisecond
-	// eventBatch pending events are committed without waiting.
-	eventBatch = 64
-)
 
 // RecentEvents returns the newest limit events in ascending sequence
 // order. Events accepted before the call are committed first, so a

@@ -1,42 +1,49 @@
-// Package store keeps PCP's durable state in one SQLite file: registered
-// apps, revocations, deferred jobs, the bounded event journal and the
-// hash-chained audit log (whose chain is defined by internal/audit).
+// Package store keeps PCP's durable state: the audit log, an append-only
+// file of checksummed records with a Merkle tree over them
+// (internal/tlog; its hash chain is defined by internal/audit), and one
+// SQLite file with registered apps, revocations, deferred jobs, the
+// bounded event journal and the audit log's index. docs/audit.md
+// describes the log.
 //
-// # Writes: one writer goroutine, group commit
+// # Writes: the appender and the writer, group commit
 //
-// Every write goes through a single writer goroutine that owns the write
-// connection. Callers queue work (an audit record, an event, or a state
-// change such as SaveApp) and the writer drains everything queued into one
-// transaction, commits it, and only then releases the callers that wait.
-// Under load many appends share one commit, so throughput grows with
-// concurrency while every caller still returns only after its write is
-// committed. The writer also assigns each audit entry its seq and hash in
-// commit order, so the chain is sequential without any lock held across
-// I/O by callers.
+// Audit appends are written by the appender: the caller that finds no
+// write in progress writes everything queued with one write(2) (group
+// commit with a leader) and the others wait for it; the appender gives
+// each entry its seq and hashes in write order, so the chain is
+// sequential without any lock held across I/O by callers. Callers are
+// released once their group is written.
 //
-// If a batch fails, the writer rolls it back and retries each queued item
-// in its own transaction, so one bad item fails only its own caller.
+// Everything else goes through the writer goroutine, which owns the
+// database's write connection: it drains what is queued (state changes
+// such as SaveApp, whose callers wait, the audit index rows of written
+// entries, and journal events) into one transaction and commits it. Index
+// rows and events wait for a batch (see pendingLocked), so no database
+// write is on an audit append's path. If a batch fails, the writer rolls
+// it back and retries each part in its own transaction, so one bad change
+// fails only its own caller.
 //
-// Durability: the file is in WAL mode with synchronous=NORMAL. A committed
-// write survives the process being killed; after a power loss or an OS
-// crash the newest commits may be lost (they were never fsynced), but the
-// file stays consistent and the chain still verifies.
+// Durability: the log is not fsynced unless WithAuditSync asks; the
+// database is in WAL mode with synchronous=NORMAL. A written entry and a
+// committed change survive the process being killed; after a power loss
+// or an OS crash the newest may be lost, and Open repairs what it can
+// (see Recovery).
 //
 // # Reads
 //
 // Reads use a separate pool of read-only connections and see the latest
-// committed state of the file, including changes other processes made.
-// The in-memory store (OpenMemory) has a single connection shared by the
-// writer and readers.
+// committed state of the file, including changes other processes made;
+// audit reads first wait for the index to hold every entry written. The
+// in-memory store (OpenMemory) has a single connection shared by the
+// writer and readers, and its log in a temporary directory.
 //
-// Only one Store may have a file open at a time: the writer assumes it is
-// the only process appending to the audit chain.
+// Only one Store may have a state directory open at a time: the log is
+// flocked by the process appending to it.
 package store
 
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -50,6 +57,7 @@ import (
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
+	"github.com/pcp-dev/pcp/internal/tlog"
 )
 
 // DefaultJournalLimit is how many events the journal keeps by default.
@@ -67,7 +75,18 @@ type Option func(*options)
 
 type options struct {
 	journalLimit int
+	auditSync    bool
+	segmentSize  int64
 }
+
+// WithAuditSync makes every group of audit appends fsync the log before
+// its callers are released, so that an acknowledged entry survives a
+// power loss too; without it (the default) it survives the process being
+// killed, as the database's synchronous=NORMAL does.
+func WithAuditSync(on bool) Option { return func(o *options) { o.auditSync = on } }
+
+// withSegmentSize sets the audit log's segment size (tests).
+func withSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
 
 // WithJournalLimit sets how many events the journal keeps; older ones are
 // deleted as new ones arrive. n <= 0 selects DefaultJournalLimit.
@@ -102,22 +121,39 @@ type Store struct {
 	journalHeld atomic.Int64
 
 	w *writer
+	a *appender
+	// key signs checkpoints of the audit log.
+	key *tlog.Key
+	// logDir is the audit log's directory; tmpDir, when set, is removed
+	// by Close (OpenMemory).
+	logDir, tmpDir string
+	// recovery is what opening the audit log found and did.
+	recovery Recovery
 
 	// mu guards the fields below. It is never held across I/O.
 	mu sync.Mutex
-	// queue holds requests the writer has not taken yet, in arrival order.
-	queue []*request
+	// appends holds audit appends the appender has not taken yet; ops the
+	// changes (and Flushes) the writer has not taken yet, in arrival order.
+	appends, ops []*request
+	// index holds written audit entries whose index rows the writer has
+	// not taken yet.
+	index []api.AuditEntry
+	// indexedSeq is the newest entry in the index; indexErr is why the
+	// last write of index rows failed (nil once one succeeds).
+	indexedSeq int64
+	indexErr   error
 	// events holds journal events the writer has not taken yet, at most
 	// journalLimit of them (older pending events would be trimmed anyway).
 	events []api.Event
 	// closing is set by Close; no new work is queued after it.
 	closing bool
-	// eventsDue is set when the oldest pending event has waited
-	// eventCommitDelay; the writer then commits the pending events even
-	// without other work to share the transaction with.
-	eventsDue bool
-	// head is the last committed audit entry; the writer sets it after
-	// each commit.
+	// due is set when the oldest pending index row or event has waited
+	// pendingDelay, or pendingBatch are waiting; the writer then writes
+	// them even without other work to share the transaction with.
+	// timerArmed says a timer will set it.
+	due, timerArmed bool
+	// head is the last written audit entry; the appender sets it after
+	// each group.
 	head chainHead
 
 	// wake has capacity one; a send tells the writer there is work (or
@@ -125,6 +161,9 @@ type Store struct {
 	wake chan struct{}
 	// writerDone is closed when the writer goroutine returns.
 	writerDone chan struct{}
+	// awake and appenderDone are the appender goroutine's wake and done.
+	awake        chan struct{}
+	appenderDone chan struct{}
 
 	// ver is the state of audit verification (auditlog.go).
 	ver verification
@@ -197,7 +236,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(8)
 	rdb.SetMaxIdleConns(8)
-	s, err := start(ctx, wdb, rdb, opts)
+	s, err := start(ctx, wdb, rdb, AuditDir(abs), KeyFile(abs), opts)
 	if err != nil {
 		rdb.Close()
 		wdb.Close()
@@ -207,7 +246,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 }
 
 // OpenMemory opens an empty store held in memory, for tests. It behaves
-// as a file store does except that nothing outlives Close.
+// as a file store does except that nothing outlives Close: its audit log
+// is in a temporary directory that Close removes.
 func OpenMemory(ctx context.Context, opts ...Option) (*Store, error) {
 	// Every connection to ":memory:" is a database of its own, so the
 	// pool is limited to one connection, shared by writer and readers,
@@ -224,11 +264,18 @@ func OpenMemory(ctx context.Context, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: memory: %w", err)
 	}
-	s, err := start(ctx, db, db, opts)
+	dir, err := os.MkdirTemp("", "pcp-audit-")
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: memory: %w", err)
 	}
+	s, err := start(ctx, db, db, filepath.Join(dir, "audit"), filepath.Join(dir, "audit.key"), opts)
+	if err != nil {
+		db.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("store: memory: %w", err)
+	}
+	s.tmpDir = dir
 	return s, nil
 }
 
@@ -239,8 +286,19 @@ func fileDSN(abs string, q url.Values) string {
 	return u.String()
 }
 
-// start loads the state the writer needs and starts it.
-func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error) {
+// AuditDir is the directory of the audit log that belongs to the state
+// database at dbPath: "audit" beside it.
+func AuditDir(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), "audit") }
+
+// KeyFile is the file of the key that signs the audit log's checkpoints
+// for the state database at dbPath: "audit.key" beside it. It is kept
+// outside the log's directory so that moving a damaged log aside keeps
+// the log's identity.
+func KeyFile(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), "audit.key") }
+
+// start opens the audit log, reconciles its index with it, loads the
+// state the writer needs and starts the appender and the writer.
+func start(ctx context.Context, wdb, rdb *sql.DB, logDir, keyPath string, opts []Option) (*Store, error) {
 	o := options{journalLimit: DefaultJournalLimit}
 	for _, opt := range opts {
 		opt(&o)
@@ -249,23 +307,11 @@ func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error)
 		wdb:          wdb,
 		rdb:          rdb,
 		journalLimit: o.journalLimit,
+		logDir:       logDir,
 		wake:         make(chan struct{}, 1),
 		writerDone:   make(chan struct{}),
-	}
-
-	var seq sql.NullInt64
-	var hash sql.NullString
-	err := wdb.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &hash)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return nil, fmt.Errorf("loading audit head: %w", err)
-	default:
-		h, err := hex.DecodeString(hash.String)
-		if err != nil || len(h) != audit.HashSize {
-			return nil, fmt.Errorf("audit entry %d has a malformed hash %q; run the audit verifier on this file", seq.Int64, hash.String)
-		}
-		s.head = chainHead{seq: seq.Int64, hash: h}
+		awake:        make(chan struct{}, 1),
+		appenderDone: make(chan struct{}),
 	}
 
 	// Trim first, in case the limit was lowered since the last run.
@@ -284,25 +330,41 @@ func start(ctx context.Context, wdb, rdb *sql.DB, opts []Option) (*Store, error)
 		return nil, err
 	}
 	s.w = w
+	s.a = &appender{s: s}
+	if err := s.openLog(ctx, o, keyPath); err != nil {
+		w.close()
+		if s.a.log != nil {
+			s.a.log.Close()
+		}
+		return nil, err
+	}
+	go s.a.run()
 	go w.run()
 	return s, nil
 }
 
-// Close commits everything queued, stops the writer and closes the
-// database. Later calls return the first call's result.
+// Close writes everything queued, stops the appender and the writer and
+// closes the log and the database. Later calls return the first call's
+// result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closing = true
 		s.mu.Unlock()
+		s.pokeAppender()
 		s.poke()
+		<-s.appenderDone
 		<-s.writerDone
 		s.w.close()
 		var errs []error
+		errs = append(errs, s.a.log.Close())
 		if s.rdb != s.wdb {
 			errs = append(errs, s.rdb.Close())
 		}
 		errs = append(errs, s.wdb.Close())
+		if s.tmpDir != "" {
+			errs = append(errs, os.RemoveAll(s.tmpDir))
+		}
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
@@ -316,16 +378,31 @@ func (s *Store) poke() {
 	}
 }
 
-// enqueue hands r to the writer; it fails once Close has begun.
+// pokeAppender wakes the appender goroutine without blocking.
+func (s *Store) pokeAppender() {
+	select {
+	case s.awake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue hands r to the appender (an audit append) or the writer; it
+// fails once Close has begun.
 func (s *Store) enqueue(r *request) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	s.queue = append(s.queue, r)
+	if r.rec != nil {
+		s.appends = append(s.appends, r)
+		s.mu.Unlock()
+		s.a.lead()
+		return nil
+	}
+	s.ops = append(s.ops, r)
 	s.mu.Unlock()
-	s.w.lead()
+	s.poke()
 	return nil
 }
 
@@ -348,8 +425,9 @@ func (s *Store) do(ctx context.Context, op func(context.Context, *sql.Tx) error)
 	}
 }
 
-// Flush waits until everything queued before the call, including events
-// from AppendEvent, is committed.
+// Flush waits until everything queued before the call is committed to
+// the database: changes, events from AppendEvent, and the index rows of
+// the audit entries written so far.
 func (s *Store) Flush(ctx context.Context) error {
 	return s.do(ctx, func(context.Context, *sql.Tx) error { return nil })
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -19,17 +20,18 @@ import (
 func TestVerifyIncremental(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
-		name, sql   string
+		name        string
+		edit        func([]api.AuditEntry) []api.AuditEntry
 		incremental bool // whether the incremental walk sees it
 		broken      int64
 		problem     string
 		whole       int64 // where the whole walk sees the break
 	}{
-		{"new entry altered", `UPDATE audit SET outcome = 'denied' WHERE seq = 14`, true, 14, "altered", 14},
-		{"checkpoint altered", `UPDATE audit SET outcome = 'denied' WHERE seq = 10`, true, 10, "rewritten", 10},
-		{"checkpoint deleted", `DELETE FROM audit WHERE seq = 10`, true, 10, "rewritten", 11},
-		{"newest removed", `DELETE FROM audit WHERE seq = 15`, true, 15, "removed", 15},
-		{"old entry altered", `UPDATE audit SET outcome = 'denied' WHERE seq = 3`, false, 3, "altered", 3},
+		{"new entry altered", deny(14), true, 14, "altered", 14},
+		{"checkpoint altered", deny(10), true, 10, "rewritten", 10},
+		{"checkpoint deleted", drop(10), true, 10, "rewritten", 11},
+		{"newest removed", drop(15), true, 15, "removed", 15},
+		{"old entry altered", deny(3), false, 3, "altered", 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, path := openFile(t)
@@ -42,9 +44,7 @@ func TestVerifyIncremental(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := rawDB(t, path).Exec(tt.sql); err != nil {
-				t.Fatal(err)
-			}
+			editEntries(t, path, tt.edit)
 			res, err := s.VerifyAuditIncremental(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -61,6 +61,22 @@ func TestVerifyIncremental(t *testing.T) {
 				t.Errorf("whole walk = %+v, %v; want broken at %d", full, err, tt.whole)
 			}
 		})
+	}
+}
+
+// deny edits entry seq's outcome, keeping its length (so the records
+// after it stay where they were).
+func deny(seq int64) func([]api.AuditEntry) []api.AuditEntry {
+	return func(es []api.AuditEntry) []api.AuditEntry {
+		es[seq-1].Outcome = "failure"
+		return es
+	}
+}
+
+// drop removes entry seq.
+func drop(seq int64) func([]api.AuditEntry) []api.AuditEntry {
+	return func(es []api.AuditEntry) []api.AuditEntry {
+		return append(es[:seq-1:seq-1], es[seq:]...)
 	}
 }
 
@@ -140,30 +156,31 @@ func TestVerifyShared(t *testing.T) {
 	}
 }
 
-// After an append fails to commit, every later one is refused at once
-// with audit.ErrUnavailable, while other writes go on.
+// After an append fails to be written, every later one is refused at
+// once with audit.ErrUnavailable, while other writes go on.
 func TestAuditFailureIsSticky(t *testing.T) {
 	ctx := context.Background()
-	s, path := openFile(t)
+	// Every group starts a new segment, so an append must create a file.
+	s, path := openFile(t, withSegmentSize(1))
 	appendN(t, s, 3)
-	// Another writer takes the next seq.
-	other := rawDB(t, path)
-	e, _, err := audit.Seal(nil, 4, record(9))
-	if err != nil {
+	dir := AuditDir(path)
+	if err := os.Rename(dir, dir+".moved"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Exec(insertAuditSQL, e.Seq, e.Time, e.Kind, e.Source, e.Actor, e.AppID, e.CapabilityID,
-		e.ParamsDigest, e.Outcome, e.DurationUS, string(e.Detail), e.PrevHash, e.Hash); err != nil {
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.AppendAudit(ctx, record(4)); !errors.Is(err, audit.ErrUnavailable) {
-		t.Fatalf("append over a taken seq: %v, want ErrUnavailable", err)
+		t.Fatalf("append with no log directory: %v, want ErrUnavailable", err)
 	}
-	if _, err := other.Exec(`DELETE FROM audit WHERE seq = 4`); err != nil {
+	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	// Even with the seq free again the log stays refused: only a reopen
-	// rereads the head.
+	if err := os.Rename(dir+".moved", dir); err != nil {
+		t.Fatal(err)
+	}
+	// Even with the directory back the log stays refused: only a reopen
+	// rereads it.
 	if _, err := s.AppendAudit(ctx, record(5)); !errors.Is(err, audit.ErrUnavailable) {
 		t.Errorf("append after the failure: %v, want ErrUnavailable", err)
 	}
@@ -173,8 +190,11 @@ func TestAuditFailureIsSticky(t *testing.T) {
 	if err := s.SaveApp(ctx, stored.App{AppID: "org.example.a", Manifest: []byte(`{}`), UpdatedAt: t0}); err != nil {
 		t.Errorf("SaveApp with the audit log down: %v", err)
 	}
-	s = reopen(t, s, path)
-	if _, err := s.AppendAudit(ctx, record(6)); err != nil {
-		t.Errorf("append after reopening: %v", err)
+	s = reopen(t, s, path, withSegmentSize(1))
+	if e, err := s.AppendAudit(ctx, record(6)); err != nil || e.Seq != 4 {
+		t.Errorf("append after reopening: seq %d, %v; want seq 4", e.Seq, err)
+	}
+	if res, err := s.VerifyAudit(ctx); err != nil || !res.OK || res.Entries != 4 {
+		t.Errorf("VerifyAudit = %+v, %v", res, err)
 	}
 }

@@ -5,16 +5,14 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/internal/audit"
 )
 
-// request is one unit of work for the writer: an audit record (rec), a
-// state change (op), or neither, which only waits for a commit (Flush).
-// The writer sets entry and err and then closes done; the caller reads
+// request is one unit of work: an audit record (rec) for the appender,
+// or a state change (op) or nothing (Flush) for the writer. Whoever
+// serves it sets entry and err and then closes done; the caller reads
 // them only after done is closed.
 type request struct {
 	rec *audit.Prepared
@@ -44,20 +42,13 @@ const (
 	trimBelowSQL = `DELETE FROM events WHERE seq < ?`
 )
 
-// writer owns the write connection. Its fields are guarded by commitMu,
-// held by whoever commits: the writer goroutine, or a caller of
-// AppendAudit that found no commit under way and commits the queue itself
-// (group commit with a leader). It shares state with callers only through
-// Store.mu (queue, events, closing, head), the request's done channel,
-// and Store.journalLen.
+// writer owns the write connection to the database and is used by the
+// writer goroutine alone. It writes, in one transaction per batch, the
+// audit index rows of entries the appender has written, the state
+// changes callers wait for, and the journal's events.
 type writer struct {
 	s *Store
 
-	commitMu sync.Mutex
-
-	// head is the chain head including the batch in progress; Store.head
-	// is set from it after each commit.
-	head chainHead
 	// jlen counts journal rows, including the batch in progress.
 	jlen int64
 
@@ -74,34 +65,11 @@ type writer struct {
 	// spare buffers, swapped with the Store's queues on each take.
 	spareQ []*request
 	spareE []api.Event
-
-	// failed is set when an audit append fails to commit, and stays set:
-	// after that the chain this writer extends and the file may disagree
-	// (another process appended, say), so every later append is refused
-	// with it (wrapping audit.ErrUnavailable) until the store is
-	// reopened. Read by any goroutine; written under commitMu.
-	failed atomic.Pointer[error]
-}
-
-// auditFailed makes err, the failure of an audit append's commit, the
-// writer's sticky failure (if it is the first) and returns what the
-// append's caller is answered.
-func (w *writer) auditFailed(err error) error {
-	wrapped := fmt.Errorf("%w: %w", audit.ErrUnavailable, err)
-	w.failed.CompareAndSwap(nil, &wrapped)
-	return wrapped
-}
-
-// failure returns the sticky failure, nil while appends may commit.
-func (w *writer) failure() error {
-	if p := w.failed.Load(); p != nil {
-		return *p
-	}
-	return nil
+	spareI []api.AuditEntry
 }
 
 func newWriter(ctx context.Context, s *Store, jlen int64) (*writer, error) {
-	w := &writer{s: s, head: s.head, jlen: jlen}
+	w := &writer{s: s, jlen: jlen}
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
@@ -173,160 +141,98 @@ func (w *writer) close() {
 	}
 }
 
-// run is the writer goroutine. It returns once Close has set closing and
-// everything queued before that is committed (or has failed).
+// run is the writer goroutine. It returns once Close has set closing,
+// the appender has stopped, and everything queued is written (or has
+// failed).
 func (w *writer) run() {
 	defer close(w.s.writerDone)
 	for range w.s.wake {
-		w.commitMu.Lock()
-		stop := w.drain()
-		w.commitMu.Unlock()
-		if stop {
+		if w.drain() {
 			return
 		}
 	}
 }
 
-// lead commits the queue on the calling goroutine when no commit is under
-// way (the caller becomes the group's leader and saves two goroutine
-// handoffs); otherwise it wakes the writer goroutine, which commits after
-// the current leader. Either way the caller's request gets committed.
-func (w *writer) lead() {
-	if w.commitMu.TryLock() {
-		w.drain()
-		w.commitMu.Unlock()
-		return
-	}
-	w.s.poke()
-}
-
-// drain commits batches until the queue is empty. It reports whether the
+// drain writes batches until nothing is due. It reports whether the
 // store is closing with nothing left, which ends the writer goroutine.
-// w.commitMu must be held.
 func (w *writer) drain() bool {
 	for {
-		reqs, evs, closing := w.take()
-		if len(reqs) == 0 && len(evs) == 0 {
+		reqs, evs, idx, closing := w.take()
+		if len(reqs) == 0 && len(evs) == 0 && len(idx) == 0 {
 			return closing
 		}
-		w.commit(reqs, evs)
+		w.write(reqs, evs, idx)
+		w.release(reqs)
 		clear(reqs)
 		w.spareQ = reqs[:0]
 		if evs != nil {
 			clear(evs)
 			w.spareE = evs[:0]
 		}
+		if idx != nil {
+			clear(idx)
+			w.spareI = idx[:0]
+		}
 	}
 }
 
-// take moves the queued work out of the Store. Pending events stay
-// queued when the batch is only audit appends and the events are not due
-// yet (see AppendEvent), so that a lone append can commit on its own.
-func (w *writer) take() ([]*request, []api.Event, bool) {
+// take moves the queued work out of the Store. Index rows and events
+// stay queued until they are due (see pendingLocked) unless a change or
+// a Flush is queued, which takes them along. Once closing, it waits for
+// the appender to finish, so the index rows of every written entry are
+// taken.
+func (w *writer) take() ([]*request, []api.Event, []api.AuditEntry, bool) {
 	s := w.s
 	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		<-s.appenderDone
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	reqs := s.queue
-	s.queue = w.spareQ
+	reqs := s.ops
+	s.ops = w.spareQ
 	w.spareQ = nil
-	withEvents := s.eventsDue || s.closing
-	for _, r := range reqs {
-		if r.rec == nil {
-			withEvents = true // an op or a Flush: it commits the events
-		}
+	if !s.due && !closing && len(reqs) == 0 {
+		return reqs, nil, nil, false
 	}
-	if !withEvents {
-		return reqs, nil, s.closing
-	}
-	evs := s.events
-	s.events = w.spareE
-	w.spareE = nil
-	s.eventsDue = false
-	return reqs, evs, s.closing
+	evs, idx := s.events, s.index
+	s.events, s.index = w.spareE, w.spareI
+	w.spareE, w.spareI = nil, nil
+	s.due = false
+	return reqs, evs, idx, closing
 }
 
-// commit writes one batch and then releases its callers. Once the
-// writer has failed an audit append, the batch's audit appends are
-// refused with that failure and the rest is written.
-func (w *writer) commit(reqs []*request, evs []api.Event) {
-	all := reqs
-	if failed := w.failure(); failed != nil {
-		reqs = make([]*request, 0, len(all))
-		for _, r := range all {
-			if r.rec != nil {
-				r.err = failed
-				continue
-			}
-			reqs = append(reqs, r)
-		}
-	}
-	if len(reqs) > 0 || len(evs) > 0 {
-		w.write(reqs, evs)
-	}
-	w.release(all)
-}
-
-// write writes reqs and evs in one transaction. If that fails it retries
-// each request in a transaction of its own, so that one failing request
-// does not fail the others; an audit append that fails then is the
-// writer's sticky failure (auditFailed), and the appends after it are
-// refused. Events that cannot be written are dropped: nobody waits for
-// them.
-func (w *writer) write(reqs []*request, evs []api.Event) {
+// write writes idx, reqs and evs in one transaction. If that fails it
+// writes the index rows, each request and the events each in a
+// transaction of their own, so that one failing request fails its caller
+// alone. Index rows that cannot be written leave the index behind the
+// log (indexFailed), which the next start repairs; events that cannot be
+// written are dropped: nobody waits for them.
+func (w *writer) write(reqs []*request, evs []api.Event, idx []api.AuditEntry) {
 	ctx := context.Background()
-	head := w.head
-	if len(reqs) == 1 && reqs[0].rec != nil && len(evs) == 0 {
-		// One statement commits by itself: no BEGIN and COMMIT to pay.
-		r := reqs[0]
-		if r.err = w.apply(ctx, nil, w.insAudit, r); r.err != nil {
-			w.head = head
-			r.entry = api.AuditEntry{}
-			r.err = w.auditFailed(r.err)
-		}
-		return
-	}
 	err := w.inTx(ctx, func(tx *sql.Tx) error {
-		// Runs of audit appends go in multi-row INSERTs; ops run in order
-		// between them.
-		var run []*request
-		for _, r := range reqs {
-			if r.rec != nil {
-				run = append(run, r)
-				continue
-			}
-			if err := w.appendRun(ctx, tx, run); err != nil {
-				return err
-			}
-			run = run[:0]
-			if err := w.apply(ctx, tx, nil, r); err != nil {
-				return err
-			}
-		}
-		if err := w.appendRun(ctx, tx, run); err != nil {
+		if err := w.indexRows(ctx, tx, idx); err != nil {
 			return err
+		}
+		for _, r := range reqs {
+			if err := w.apply(ctx, tx, r); err != nil {
+				return err
+			}
 		}
 		return w.journal(ctx, tx, evs)
 	})
 	if err == nil {
+		w.s.indexed(idx, nil)
 		return
 	}
-	w.head = head
+	if len(idx) > 0 {
+		err := w.inTx(ctx, func(tx *sql.Tx) error { return w.indexRows(ctx, tx, idx) })
+		w.s.indexed(idx, err)
+	}
 	for _, r := range reqs {
-		if failed := w.failure(); failed != nil && r.rec != nil {
-			r.err, r.entry = failed, api.AuditEntry{}
-			continue
-		}
-		head := w.head
-		r.err = w.inTx(ctx, func(tx *sql.Tx) error {
-			return w.apply(ctx, tx, tx.StmtContext(ctx, w.insAudit), r)
-		})
-		if r.err != nil {
-			w.head = head
-			if r.rec != nil {
-				r.entry = api.AuditEntry{}
-				r.err = w.auditFailed(r.err)
-			}
-		}
+		r.err = w.inTx(ctx, func(tx *sql.Tx) error { return w.apply(ctx, tx, r) })
 	}
 	if len(evs) > 0 {
 		w.loadSeqs(ctx)
@@ -336,11 +242,8 @@ func (w *writer) write(reqs []*request, evs []api.Event) {
 	}
 }
 
-// release publishes the new chain head and wakes the batch's callers.
+// release publishes the journal's length and wakes the batch's callers.
 func (w *writer) release(reqs []*request) {
-	w.s.mu.Lock()
-	w.s.head = w.head
-	w.s.mu.Unlock()
 	w.s.journalLen.Store(w.jlen)
 	for _, r := range reqs {
 		close(r.done)
@@ -416,54 +319,37 @@ type multiKey struct {
 	n   int
 }
 
-// appendRun seals a run of audit appends onto the chain and inserts them
-// maxRows at a time.
-func (w *writer) appendRun(ctx context.Context, tx *sql.Tx, run []*request) error {
-	args := make([]any, 0, 13*min(len(run), maxRows))
-	for len(run) > 0 {
-		chunk := run[:chunkSize(len(run))]
-		run = run[len(chunk):]
+// indexRows inserts audit index rows maxRows at a time.
+func (w *writer) indexRows(ctx context.Context, tx *sql.Tx, idx []api.AuditEntry) error {
+	return insertAudit(ctx, tx, w.multiInsert, idx)
+}
+
+// insertAudit inserts entries into the audit table, maxRows at a time,
+// with the multi-row INSERTs multi returns.
+func insertAudit(ctx context.Context, tx *sql.Tx, multi func(string, int) (*sql.Stmt, error), entries []api.AuditEntry) error {
+	args := make([]any, 0, 13*min(len(entries), maxRows))
+	for rest := entries; len(rest) > 0; {
+		chunk := rest[:chunkSize(len(rest))]
+		rest = rest[len(chunk):]
 		args = args[:0]
-		for _, r := range chunk {
-			seq := w.head.seq + 1
-			e, h, err := r.rec.Seal(w.head.hash, seq)
-			if err != nil {
-				return err
-			}
+		for _, e := range chunk {
 			args = append(args, e.Seq, e.Time, e.Kind, e.Source, e.Actor, e.AppID,
 				e.CapabilityID, e.ParamsDigest, e.Outcome, e.DurationUS, nullText(e.Detail), e.PrevHash, e.Hash)
-			w.head = chainHead{seq: seq, hash: h}
-			r.entry = e
 		}
-		st, err := w.multiInsert(insertAuditSQL, len(chunk))
+		st, err := multi(insertAuditSQL, len(chunk))
 		if err != nil {
 			return fmt.Errorf("store: preparing audit insert: %w", err)
 		}
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("store: appending audit entries %d to %d: %w", chunk[0].entry.Seq, w.head.seq, err)
+			return fmt.Errorf("store: indexing audit entries %d to %d: %w", chunk[0].Seq, chunk[len(chunk)-1].Seq, err)
 		}
 	}
 	return nil
 }
 
-// apply performs one request inside tx, advancing w.head for an audit
-// entry.
-func (w *writer) apply(ctx context.Context, tx *sql.Tx, ins *sql.Stmt, r *request) error {
-	switch {
-	case r.rec != nil:
-		seq := w.head.seq + 1
-		e, h, err := r.rec.Seal(w.head.hash, seq)
-		if err != nil {
-			return err
-		}
-		_, err = ins.ExecContext(ctx, e.Seq, e.Time, e.Kind, e.Source, e.Actor, e.AppID,
-			e.CapabilityID, e.ParamsDigest, e.Outcome, e.DurationUS, nullText(e.Detail), e.PrevHash, e.Hash)
-		if err != nil {
-			return fmt.Errorf("store: appending audit entry %d: %w", seq, err)
-		}
-		w.head = chainHead{seq: seq, hash: h}
-		r.entry = e
-	case r.op != nil:
+// apply performs one state change inside tx.
+func (w *writer) apply(ctx context.Context, tx *sql.Tx, r *request) error {
+	if r.op != nil {
 		return r.op(ctx, tx)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -319,15 +320,15 @@ func TestActionsStopWhenTheAuditLogFails(t *testing.T) {
 		"manifest": json.RawMessage(`{"version":"1.0","capabilities":[{"name":"create","tier":1,"trust_level":"auto"}],"signature":""}`)}); err != nil {
 		t.Fatal(err)
 	}
-	// Another writer takes the chain's next seq.
-	other, err := store.Open(context.Background(), path)
+	// Another process writes to the log behind the daemon's back.
+	seg, err := os.OpenFile(filepath.Join(store.AuditDir(path), "00000000000000000000.log"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.AppendAudit(context.Background(), audit.Record{Kind: "test", Outcome: "success"}); err != nil {
+	if _, err := seg.Write([]byte("not a record")); err != nil {
 		t.Fatal(err)
 	}
-	other.Close()
+	seg.Close()
 
 	agent := e.dial(false)
 	invoked := make(chan struct{}, 10)
