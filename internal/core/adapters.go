@@ -183,14 +183,21 @@ func (b *Broker) InvokeAction(ctx context.Context, p *api.InvokeActionParams) (*
 	if err := b.limits.connection(SessionFrom(ctx), start); err != nil {
 		return nil, err
 	}
-	res, err := firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
+	var res *api.InvokeActionResult
+	approved, err := b.gateAction(ctx, p)
+	if err == nil {
+		if approved {
+			ctx = context.WithValue(ctx, actionApprovedKey{}, true)
+		}
+		res, err = firstAdapter(ctx, b, p.SurfaceID, func(ctx context.Context, a Adapter) (*api.InvokeActionResult, error) { return a.Action(ctx, p) })
+	}
 	if err != nil {
 		if r, used, ferr := b.tier3Action(ctx, p, err); used {
 			res, err = r, ferr
 		}
 	}
 	rec := audit.Record{Time: start, Kind: api.AuditAction, Actor: SessionFrom(ctx).Actor(), Source: string(api.SourceSystemIntelligence),
-		ParamsDigest: audit.ParamsDigest(p.Value), Duration: b.now().Sub(start), Outcome: api.AuditSuccess,
+		ParamsDigest: actionDigest(p), Duration: b.now().Sub(start), Outcome: api.AuditSuccess,
 		Detail: detailOf(&api.AuditActionDetail{SurfaceID: p.SurfaceID, ElementID: p.ElementID, Action: p.Action})}
 	if err != nil {
 		rec.Outcome = api.AsError(err).Code.Name()

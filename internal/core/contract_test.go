@@ -58,8 +58,10 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 			return err
 		}},
 		{"action", func() error {
-			_, err := w.b.InvokeAction(w.agent, &api.InvokeActionParams{SurfaceID: "s-1", ElementID: "e-1", Action: "click"})
-			return err
+			// Confirm, the trust level of a detected capability: the
+			// action is audited with that outcome.
+			_, err := w.b.InvokeAction(w.agent, &api.InvokeActionParams{SurfaceID: "org.example.mail/1", ElementID: "e-1", Action: "click"})
+			return wantErr(err)
 		}},
 		{"policy", func() error { _, err := w.b.ReloadPolicy(w.user); return err }},
 		{"revoke", func() error {

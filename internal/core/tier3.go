@@ -90,6 +90,11 @@ func (b *Broker) tier3Action(ctx context.Context, p *api.InvokeActionParams, aer
 		return nil, false, aerr
 	}
 	level := b.pol.Load().Tier3For(SessionFrom(ctx).Agent(), surf.AppID, string(api.SourceSystemIntelligence))
+	if level.Value == api.TrustConfirm && actionApproved(ctx) {
+		// The user approved this very action on this element: the click
+		// that carries it out is not asked again.
+		level.Value, level.From = api.TrustAuto, "the approval of this invoke.action"
+	}
 	if level.Value == api.TrustDeny {
 		e := api.AsError(aerr)
 		d := e.DataMap()

@@ -58,12 +58,9 @@ func TestTier3Fallback(t *testing.T) {
 		name, policy, agent string
 		want                string // "run", "deny" or "confirm"
 	}{
-		{"auto", "[apps.\"atspi.app\"]\ntier3 = \"auto\"\n", "", "run"},
-		{"deny", "[defaults]\ntier3 = \"deny\"\n", "", "deny"},
-		{"default", "", "", "confirm"},
-		// The agent's floor holds through Tier 3: auto for the app, but
-		// this agent gets only confirmed actions.
-		{"agent floor", "[apps.\"atspi.app\"]\ntier3 = \"auto\"\n[agents.careful]\ntrust_level = \"confirm\"\n", "careful", "confirm"},
+		{"auto", "[apps.\"atspi.app\"]\ntier3 = \"auto\"\ntrust_level = \"auto\"\n", "", "run"},
+		{"deny", "[defaults]\ntier3 = \"deny\"\n[apps.\"atspi.app\"]\ntrust_level = \"auto\"\n", "", "deny"},
+		{"default", "[apps.\"atspi.app\"]\ntrust_level = \"auto\"\n", "", "confirm"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st, err := store.OpenMemory(context.Background())
@@ -166,7 +163,7 @@ func TestTier3AimsAtTheSurfaceWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			pol, err := policy.Parse("policy.toml", []byte("[defaults]\ntier3 = \"auto\"\n"))
+			pol, err := policy.Parse("policy.toml", []byte("[defaults]\ntier3 = \"auto\"\n[apps.\"atspi.app\"]\ntrust_level = \"auto\"\n"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,7 +207,13 @@ func TestAgentCannotActOnPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.CheckGoroutines(t)
-	r := serve(t, Config{Accessibility: true, AccessibilityBus: desk.Vars["AT_SPI_BUS_ADDRESS"]})
+	// The app's actions are auto, so invoke.action reaches the adapter
+	// without a confirmation: its refusal is what is tested.
+	policy := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(policy, []byte("[apps.\"atspi.gtk3-widget-factory\"]\ntrust_level = \"auto\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, Config{Accessibility: true, AccessibilityBus: desk.Vars["AT_SPI_BUS_ADDRESS"], PolicyFile: policy})
 	ctx := context.Background()
 	agent, err := client.Dial(ctx, r.cfg.Socket, client.Options{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/face/rpc"
 	"github.com/pcp-dev/pcp/internal/golden"
+	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/services/inspection"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
@@ -66,7 +67,14 @@ func runGolden(t *testing.T, file string) {
 	for _, k := range []string{"XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "DISPLAY", "WAYLAND_DISPLAY"} {
 		t.Setenv(k, "")
 	}
-	env := newGoldenEnv(t, maxLine)
+	var pol *policy.Policy
+	if text := ar.Section("policy"); text != nil {
+		var err error
+		if pol, err = policy.Parse("policy.toml", text); err != nil {
+			t.Fatalf("%s: the policy section: %v", file, err)
+		}
+	}
+	env := newGoldenEnv(t, maxLine, pol)
 	defer env.close()
 
 	ar.Play(t, golden.Script{Conns: mcpConns{env.conns}, Clock: env.clk})
@@ -96,14 +104,18 @@ func paddedRequest(size int) string {
 
 // newBroker is a broker with a fixed clock, deterministic ids, unsigned
 // manifests allowed and pcp.inspection served.
-func newBroker(t testing.TB, clk *testkit.Clock) *core.Broker {
+func newBroker(t testing.TB, clk *testkit.Clock) *core.Broker { return newBrokerWith(t, clk, nil) }
+
+// newBrokerWith is newBroker with the user's policy pol (nil: the
+// built-in defaults).
+func newBrokerWith(t testing.TB, clk *testkit.Clock, pol *policy.Policy) *core.Broker {
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	cfg := core.Config{Apps: st, Audit: st, Journal: st, Jobs: st, TrustDir: t.TempDir(), AllowUnsigned: true,
-		SessionID: "session-1", RateLimits: &core.RateLimits{}, LivenessInterval: -1}
+		SessionID: "session-1", RateLimits: &core.RateLimits{}, LivenessInterval: -1, Policy: pol}
 	if clk != nil {
 		cfg.Now, cfg.AfterFunc, cfg.NewID = clk.Now, clk.AfterFunc, testkit.SeqIDs()
 	}
@@ -118,9 +130,9 @@ func newBroker(t testing.TB, clk *testkit.Clock) *core.Broker {
 	return b
 }
 
-func newGoldenEnv(t *testing.T, maxLine int) *goldenEnv {
+func newGoldenEnv(t *testing.T, maxLine int, pol *policy.Policy) *goldenEnv {
 	clk := testkit.NewClock(testkit.GoldenTime)
-	b := newBroker(t, clk)
+	b := newBrokerWith(t, clk, pol)
 	e := &goldenEnv{clk: clk,
 		// Progress after the first notification would depend on the
 		// wall clock; transcripts see only the first.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pcp-dev/pcp/internal/core"
 	"github.com/pcp-dev/pcp/internal/golden"
+	"github.com/pcp-dev/pcp/internal/policy"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
@@ -71,13 +72,20 @@ func runGolden(t *testing.T, file string) {
 	for _, k := range []string{"XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "DISPLAY", "WAYLAND_DISPLAY"} {
 		t.Setenv(k, "")
 	}
-	env := newGoldenEnv(t, allowUnsigned, maxLine, limits)
+	var pol *policy.Policy
+	if text := ar.Section("policy"); text != nil {
+		var err error
+		if pol, err = policy.Parse("policy.toml", text); err != nil {
+			t.Fatalf("%s: the policy section: %v", file, err)
+		}
+	}
+	env := newGoldenEnv(t, allowUnsigned, maxLine, limits, pol)
 	defer env.conns.CloseAll()
 
 	ar.Play(t, golden.Script{Conns: env.conns, Clock: env.clk})
 }
 
-func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.RateLimits) *goldenEnv {
+func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.RateLimits, pol *policy.Policy) *goldenEnv {
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +98,7 @@ func newGoldenEnv(t *testing.T, allowUnsigned bool, maxLine int, limits core.Rat
 		AllowUnsigned: allowUnsigned,
 		SessionID:     "session-1",
 		RateLimits:    &limits,
+		Policy:        pol,
 		// Transcripts are exact; a liveness check would interleave.
 		LivenessInterval: -1,
 		Now:              clk.Now,
