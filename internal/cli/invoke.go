@@ -265,14 +265,42 @@ func readLimited(r io.Reader, name string) ([]byte, error) {
 // tells the user what to decide and invokes again on the same connection
 // with the confirmation id, waiting for the decision.
 func (e *env) invokeWaiting(ctx context.Context, p *api.InvokeCapabilityParams) (*api.CapabilityResult, error) {
+	return waitingCall(ctx, e, api.MethodInvokeCapability, func(ctx context.Context, cl *client.Client, id string, waitMS int64) (*api.CapabilityResult, error) {
+		if id != "" {
+			p.ConfirmationID, p.WaitMS = id, waitMS
+		}
+		return cl.InvokeCapability(ctx, p)
+	})
+}
+
+// actionWaiting is invokeWaiting for invoke.action.
+func (e *env) actionWaiting(ctx context.Context, p *api.InvokeActionParams) (*api.InvokeActionResult, error) {
+	return waitingCall(ctx, e, api.MethodInvokeAction, func(ctx context.Context, cl *client.Client, id string, waitMS int64) (*api.InvokeActionResult, error) {
+		if id != "" {
+			p.ConfirmationID, p.WaitMS = id, waitMS
+		}
+		return cl.InvokeAction(ctx, p)
+	})
+}
+
+// waitingCall makes a call (id "" the first time) and, while the answer is
+// CONFIRMATION_REQUIRED, tells the user what to decide and calls again on
+// the same connection presenting the confirmation id, waiting up to
+// waitMS for the decision.
+func waitingCall[T any](ctx context.Context, e *env, method string, do func(ctx context.Context, cl *client.Client, id string, waitMS int64) (*T, error)) (*T, error) {
+	var zero *T
 	cl, err := e.connect(ctx, false, client.Options{})
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer cl.Close()
+	waitMS := int64(30000)
+	if e.timeout > 0 && e.timeout < 35*time.Second {
+		waitMS = max(e.timeout.Milliseconds()-5000, 1000)
+	}
 	for announced := ""; ; {
-		res, err := call(ctx, e, api.MethodInvokeCapability, func(ctx context.Context) (*api.CapabilityResult, error) {
-			return cl.InvokeCapability(ctx, p)
+		res, err := call(ctx, e, method, func(ctx context.Context) (*T, error) {
+			return do(ctx, cl, announced, waitMS)
 		})
 		var pe *api.Error
 		if !errors.As(err, &pe) || pe.Code != api.CodeConfirmationRequired {
@@ -281,17 +309,12 @@ func (e *env) invokeWaiting(ctx context.Context, p *api.InvokeCapabilityParams) 
 		d := pe.DataMap()
 		id, _ := d["confirmation_id"].(string)
 		if id == "" || (announced != "" && id != announced) {
-			return nil, err // not the confirmation we were waiting for
+			return zero, err // not the confirmation we were waiting for
 		}
 		if announced == "" {
 			fmt.Fprintf(e.stderr, "waiting for the user to decide %s: %s\n  pcpctl confirm approve %s    (or deny; expires %v)\n",
 				clean(id), clean(fmt.Sprint(d["description"])), clean(id), d["expires_at"])
 			announced = id
-		}
-		p.ConfirmationID = id
-		p.WaitMS = 30000
-		if e.timeout > 0 && e.timeout < 35*time.Second {
-			p.WaitMS = max(e.timeout.Milliseconds()-5000, 1000)
 		}
 	}
 }

@@ -242,16 +242,23 @@ func (e *env) contextCommand() *cobra.Command {
 
 func (e *env) actionCommand() *cobra.Command {
 	var value string
+	var wait bool
 	cmd := &cobra.Command{
 		Use:   "action SURFACE_ID ELEMENT_ID ACTION [--value JSON]",
 		Short: "Perform a structural action on an element (invoke.action)",
 		Long: `Perform a structural action on a semantic element: activate, select,
 set_value (--value the new text or number, as JSON), scroll, or whatever
 else the element's adapter lists in its actions. Element ids come from
-'pcpctl elements'.`,
+'pcpctl elements'.
+
+An action is gated by the trust level of the app's capability of that
+action (APP.ACTION): when the user must approve it, pcpd answers
+CONFIRMATION_REQUIRED; with --wait, pcpctl waits for the decision and acts
+once it is approved.`,
 		Args: cobra.ExactArgs(3),
 	}
 	cmd.Flags().StringVar(&value, "value", "", "the action's value, as JSON (\"text\", 42, true)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "on CONFIRMATION_REQUIRED, wait for the user's decision and act again")
 	cmd.RunE = e.run(func(ctx context.Context, _ *cobra.Command, args []string) error {
 		p := &api.InvokeActionParams{SurfaceID: args[0], ElementID: args[1], Action: args[2]}
 		if value != "" {
@@ -260,9 +267,15 @@ else the element's adapter lists in its actions. Element ids come from
 			}
 			p.Value = json.RawMessage(value)
 		}
-		res, err := once(ctx, e, false, api.MethodInvokeAction, func(ctx context.Context, cl *client.Client) (*api.InvokeActionResult, error) {
-			return cl.InvokeAction(ctx, p)
-		})
+		var res *api.InvokeActionResult
+		var err error
+		if wait {
+			res, err = e.actionWaiting(ctx, p)
+		} else {
+			res, err = once(ctx, e, false, api.MethodInvokeAction, func(ctx context.Context, cl *client.Client) (*api.InvokeActionResult, error) {
+				return cl.InvokeAction(ctx, p)
+			})
+		}
 		if err != nil {
 			return err
 		}

@@ -231,6 +231,44 @@ func TestDesktopElementBoundsAreScreenCoordinates(t *testing.T) {
 				t.Fatalf("the Tier 3 click did not toggle %q: states %s", target.Label, strings.Join(now.Root.States, " "))
 			}
 		}
+		// pcpctl action --wait: the same click asked from the command line
+		// waits for the user's decision, taken here with --last, and
+		// toggles the check button back.
+		done := make(chan result, 1)
+		go func() { done <- w.pcpctl("action", "--wait", sid, target.ID, "click") }()
+		for {
+			var list api.ConfirmListResult
+			w.pcpctlJSON(&list, "confirm")
+			if slices.ContainsFunc(list.Confirmations, func(c api.Confirmation) bool {
+				return c.State == api.ConfirmPending && c.CapabilityID == "atspi.gtk4-widget-factory.click"
+			}) {
+				break
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("pcpctl action --wait ended before the user decided: %v\n%s%s", r.err, r.stdout, r.stderr)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		w.mustPCPCTL("confirm", "approve", "--last")
+		if r := <-done; r.err != nil || !strings.HasPrefix(r.stdout, "executed") || !strings.Contains(r.stderr, "waiting for the user to decide") {
+			t.Fatalf("pcpctl action --wait: %v\nstdout: %s\nstderr: %s", r.err, r.stdout, r.stderr)
+		}
+		deadline = time.After(10 * time.Second)
+		for {
+			now, err := agent.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: sid, FocusID: target.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(now.Root.States, "checked") == was {
+				break
+			}
+			select {
+			case <-agent.Notifications():
+			case <-deadline:
+				t.Fatalf("pcpctl action did not toggle %q back: states %s", target.Label, strings.Join(now.Root.States, " "))
+			}
+		}
 		var tail api.AuditTailResult
 		w.pcpctlJSON(&tail, "audit", "tail", "-n", "10")
 		found := false
