@@ -129,6 +129,7 @@ signs and verifies capability manifests.`,
 		e.mcpCommand(),
 		e.scompCommand(),
 		e.doctorCommand(),
+		e.dashboardCommand(),
 		e.versionCommand(),
 	)
 	return root

@@ -80,6 +80,9 @@ type Config struct {
 	MCP MCPConfig
 	// Scomp configures the scomp face (scomp.go).
 	Scomp ScompConfig
+	// Dashboard, if set, is a loopback address serving the web dashboard
+	// (dashboard.go); pcpctl dashboard asks for its login URL.
+	Dashboard string
 
 	// Limits bound what connections may hold; zero fields take the
 	// defaults (see Defaults), so tests shrink only what they exercise.
