@@ -255,16 +255,28 @@
       if (f.agent && !this.agentText(ev).includes(f.agent)) return false;
       return true;
     },
+    // summary is the event in a line: what the type says first, then
+    // the rest of its members.
+    summary(ev) {
+      const d = ev.data || {};
+      const kind = ev.type.split('.')[0];
+      if (kind === 'confirmation') return (d.description || d.capability_id) + (d.reason ? ' — ' + d.reason : '');
+      if (kind === 'job') return d.capability_id + ' → ' + d.state + (d.reason ? ' — ' + d.reason : '');
+      if (ev.type === 'capability.invoked') return d.capability_id + ' → ' + d.outcome + ' (' + d.duration_ms + ' ms)';
+      return Object.entries(d).filter(([k]) => k !== 'app_id').map(([k, v]) => k + '=' + (typeof v === 'string' ? v : JSON.stringify(v))).join('  ');
+    },
     row(ev) {
       const d = ev.data || {};
-      const summary = JSON.stringify(d);
+      const full = JSON.stringify(d, null, 1);
+      const line = this.summary(ev);
+      const summary = line.length > 140 ? line.slice(0, 139) + '…' : line;
       return h('tr', { 'data-seq': String(ev.sequence), 'data-type': ev.type },
         h('td', { class: 'num' }, String(ev.sequence)),
         h('td', {}, new Date(ev.timestamp * 1000).toLocaleTimeString()),
         h('td', {}, h('span', { class: 'etype ' + ev.type.split('.')[0] }, ev.type)),
         h('td', {}, ev.app_id || ''),
         h('td', {}, this.agentText(ev)),
-        h('td', { class: 'summary', title: summary }, summary.length > 160 ? summary.slice(0, 159) + '…' : summary));
+        h('td', { class: 'summary', title: full }, summary));
     },
     refreshApps() {
       const apps = new Set(this.list.map((e) => e.app_id).filter(Boolean));
@@ -286,7 +298,7 @@
       content.replaceChildren(
         h('div', { class: 'filters' }, h('label', {}, 'App ', this.appSel), h('label', {}, 'Agent ', this.agentIn), h('label', {}, 'Type ', this.typeSel)),
         h('table', { class: 'grid events', id: 'events' },
-          h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'Time'), h('th', {}, 'Type'), h('th', {}, 'App'), h('th', {}, 'Agent'), h('th', {}, 'Data'))),
+          h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'Time'), h('th', {}, 'Type'), h('th', {}, 'App'), h('th', {}, 'Agent'), h('th', {}, 'What'))),
           this.tbody),
         this.empty);
       this.refreshApps();
@@ -328,7 +340,7 @@
         h('td', {}, e.kind),
         h('td', {}, e.actor || ''),
         h('td', {}, h('code', {}, e.capability_id || e.app_id || '')),
-        h('td', {}, h('span', { class: 'state ' + e.outcome.toLowerCase() }, e.outcome)),
+        h('td', {}, h('span', { class: 'state ' + (/^[A-Z_]+$/.test(e.outcome) ? 'code' : e.outcome) }, e.outcome)),
         h('td', { class: 'hash', title: e.hash }, e.hash.slice(0, 12))));
       parts.push(h('h2', {}, 'Newest entries'),
         h('table', { class: 'grid', id: 'audit' },
