@@ -26,6 +26,7 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // The dashboard's tests drive Debian's chromium through chromedp: what
@@ -140,6 +141,7 @@ func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 // shoot saves a full-page screenshot as name.png in the artifacts.
 func shoot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
+	get(t, ctx, "scrolling to the top", chromedp.Evaluate[int](`window.scrollTo(0, 0), 0`))
 	png := get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	path := filepath.Join(artifactDir(t), name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
@@ -494,4 +496,107 @@ func confirmationState(t *testing.T, user *client.Client, id string) string {
 		}
 	}
 	return ""
+}
+
+// TestDashboardSurfacesInBrowser shows a real application's window (GTK's
+// widget factory) on
+// the surfaces page of a headless desktop: the element tree as the
+// wireframe, whose labels the browser lays out without one overlapping
+// another and each inside its box, and a screenshot through the X11
+// platform adapter with the elements' boxes over it.
+func TestDashboardSurfacesInBrowser(t *testing.T) {
+	desk, err := testkit.StartDesktop(true)
+	if err != nil {
+		t.Fatalf("the surfaces test needs the headless desktop: %v", err)
+	}
+	t.Cleanup(desk.Stop)
+	if err := desk.WaitApps(60*time.Second, "gtk3-widget-factory", "gnome-calculator"); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, Config{Accessibility: true, AccessibilityBus: desk.Vars["AT_SPI_BUS_ADDRESS"], X11: true, X11Display: desk.Vars["DISPLAY"],
+		RateLimits: &core.RateLimits{}, Dashboard: "127.0.0.1:0"})
+	ctx := context.Background()
+	user, err := client.Dial(ctx, s.cfg.ControlSocket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer user.Close()
+	login, err := user.DashboardLogin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + s.DashboardAddr()
+	b := browser(t)
+	do(t, b, "logging in", chromedp.Navigate(login.URL), chromedp.WaitVisible(css(`#live.on`)))
+	// The adapter connects to the accessibility bus in the background:
+	// the page lists the calculator once it is there, live or on a
+	// reload.
+	sel := `button[data-surface*="gtk3-widget-factory"]`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		do(t, b, "surfaces page", chromedp.Navigate(base+"/surfaces"), chromedp.WaitVisible(css(`body[data-rendered-ms]`)))
+		if get(t, b, "listed", chromedp.Evaluate[bool](`!!document.querySelector('`+sel+`')`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the surfaces page does not list GTK's widget factory:\n%s", get(t, b, "page", chromedp.Text(css(`#content`))))
+		}
+		// Wait for the next surface event rather than a fixed time.
+		get(t, b, "a surface event", chromedp.Evaluate[bool](`new Promise((ok) => { const es = new EventSource('/stream'); es.onmessage = (m) => { if (JSON.parse(m.data).type.startsWith('surface.')) { es.close(); ok(true); } }; setTimeout(() => { es.close(); ok(false); }, 3000); })`, chromedp.EvalAwaitPromise))
+	}
+	do(t, b, "choosing the widget factory", chromedp.Click(css(sel)), chromedp.WaitVisible(css(`#wireframe svg`)))
+	n := get(t, b, "boxes", chromedp.Evaluate[int](`document.querySelectorAll('#wireframe svg > g').length`))
+	if n < 20 {
+		t.Errorf("the wireframe draws %d elements, want the widget factory's", n)
+	}
+	// Each label lies inside its box and over no other label, as the
+	// browser lays them out.
+	bad := get(t, b, "label layout", chromedp.Evaluate[[]string](`(() => {
+		const out = [];
+		const ls = [...document.querySelectorAll('#wireframe svg > g > svg')].map((v) => {
+			const t = v.querySelector('text').getBoundingClientRect(), bx = v.getBoundingClientRect();
+			const r = { l: t.left, t: t.top, r: Math.min(t.right, bx.right), b: t.bottom, text: v.textContent };
+			if (r.l < bx.left - 0.5 || r.t < bx.top - 0.5 || r.b > bx.bottom + 0.5) out.push('outside its box: ' + r.text);
+			return r;
+		});
+		for (let i = 0; i < ls.length; i++) for (let j = i + 1; j < ls.length; j++) {
+			const a = ls[i], b = ls[j];
+			if (a.l < b.r - 0.5 && b.l < a.r - 0.5 && a.t < b.b - 0.5 && b.t < a.b - 0.5) out.push(a.text + ' / ' + b.text);
+		}
+		return ls.length < 5 ? ['only ' + ls.length + ' labels'] : out;
+	})()`))
+	for _, m := range bad {
+		t.Errorf("wireframe label: %s", m)
+	}
+	shoot(t, b, "surfaces-wireframe")
+	do(t, b, "screenshot", chromedp.Click(css(`#take-shot`)), chromedp.WaitVisible(css(`svg.shot`)))
+	boxes := get(t, b, "boxes on the screenshot", chromedp.Evaluate[int](`document.querySelectorAll('svg.shot rect.elbox').length`))
+	if boxes < 20 {
+		t.Errorf("the screenshot outlines %d elements, want the widget factory's", boxes)
+	}
+	// The image is the PNG the platform adapter captured.
+	href := get(t, b, "image", chromedp.Evaluate[string](`document.querySelector('svg.shot image').getAttribute('href')`))
+	sig := get(t, b, "the image's bytes", chromedp.Evaluate[string](`fetch('`+href+`').then(async (r) => r.headers.get('Content-Type') + ' ' + String.fromCharCode(...new Uint8Array(await r.arrayBuffer()).slice(1, 4)))`, chromedp.EvalAwaitPromise))
+	if sig != "image/png PNG" {
+		t.Errorf("the screenshot's image: %q, want image/png with a PNG signature", sig)
+	}
+	// It is this browser's: another session does not see it.
+	if resp, _ := fetch(t, loggedIn(t, user, base), base+href); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the screenshot from another session: %s, want 404", resp.Status)
+	}
+	if resp, _ := fetch(t, nil, base+href); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the screenshot without the cookie: %s, want 401", resp.Status)
+	}
+	shoot(t, b, "surfaces-screenshot")
+}
+
+func fetch(t *testing.T, jar http.CookieJar, u string) (*http.Response, string) {
+	t.Helper()
+	resp, err := (&http.Client{Jar: jar}).Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }

@@ -37,13 +37,24 @@ const (
 // margin.
 func SVG(root *api.Element) []byte {
 	var boxes []box
-	skipped := 0
+	skipped, outside := 0, 0
+	// frame is the outermost box drawn (the window, usually): an element
+	// wholly outside it is off the screen or hidden (toolkits put those
+	// at coordinates such as -2^31), and drawing it would shrink
+	// everything else to nothing.
+	var frame *api.Bounds
 	var walk func(el *api.Element, depth int)
 	walk = func(el *api.Element, depth int) {
 		if b := el.Bounds; b != nil && b.W > 0 && b.H > 0 {
-			if len(boxes) < MaxElements {
+			if frame == nil {
+				frame = b
+			}
+			switch {
+			case !intersects(*b, *frame):
+				outside++
+			case len(boxes) < MaxElements:
 				boxes = append(boxes, box{el: el, depth: depth})
-			} else {
+			default:
 				skipped++
 			}
 		}
@@ -72,7 +83,7 @@ func SVG(root *api.Element) []byte {
 	}
 	w, h := maxX-minX+2*margin, maxY-minY+2*margin
 	noteH := 0
-	if skipped > 0 || len(boxes) == 0 {
+	if skipped > 0 || outside > 0 || len(boxes) == 0 {
 		noteH = 20
 	}
 
@@ -101,8 +112,15 @@ func SVG(root *api.Element) []byte {
 	switch {
 	case len(boxes) == 0:
 		fmt.Fprintf(&out, `<text x="%d" y="%d" fill="#555555">no element has bounds</text>`+"\n", margin, h+14)
-	case skipped > 0:
-		fmt.Fprintf(&out, `<text x="%d" y="%d" fill="#555555">%d more elements not drawn</text>`+"\n", margin, h+14, skipped)
+	case skipped > 0 || outside > 0:
+		var notes []string
+		if skipped > 0 {
+			notes = append(notes, fmt.Sprintf("%d more elements not drawn", skipped))
+		}
+		if outside > 0 {
+			notes = append(notes, fmt.Sprintf("%d elements outside the window not drawn", outside))
+		}
+		fmt.Fprintf(&out, `<text x="%d" y="%d" fill="#555555">%s</text>`+"\n", margin, h+14, strings.Join(notes, "; "))
 	}
 	out.WriteString("</svg>\n")
 	return out.Bytes()
@@ -170,6 +188,10 @@ func placeLabels(boxes []box, ox, oy int) []label {
 		}
 	}
 	return out
+}
+
+func intersects(a, b api.Bounds) bool {
+	return a.X < b.X+b.W && b.X < a.X+a.W && a.Y < b.Y+b.H && b.Y < a.Y+a.H
 }
 
 type box struct {

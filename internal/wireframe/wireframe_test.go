@@ -201,3 +201,22 @@ func TestSVGLabelsDoNotOverlap(t *testing.T) {
 		t.Error("the tooltip lacks the whole label")
 	}
 }
+
+// An element wholly outside the window (a hidden page of a notebook,
+// which GTK puts at -2^31) is not drawn, and does not shrink the
+// picture; a note counts it.
+func TestSVGOutsideTheWindow(t *testing.T) {
+	root := api.Element{ID: "w", Role: "frame", Label: "Window", Bounds: &api.Bounds{X: 0, Y: 0, W: 400, H: 300}, Children: []api.Element{
+		{ID: "in", Role: "push button", Label: "OK", Bounds: &api.Bounds{X: 10, Y: 10, W: 80, H: 30}},
+		{ID: "off", Role: "push button", Label: "Hidden", Bounds: &api.Bounds{X: -2147483648, Y: -2147483648, W: 80, H: 30}},
+	}}
+	out := SVG(&root)
+	if !bytes.HasPrefix(out, []byte(`<svg xmlns="http://www.w3.org/2000/svg" width="416" height="336"`)) {
+		t.Errorf("the picture is not the window's size:\n%s", out)
+	}
+	_, texts := parse(t, out)
+	joined := strings.Join(texts, "|")
+	if strings.Contains(joined, "Hidden") || !strings.Contains(joined, "1 elements outside the window not drawn") {
+		t.Errorf("texts %q: want the hidden button left out and counted", joined)
+	}
+}

@@ -92,7 +92,10 @@ type screenshotView struct {
 	Image  string `json:"image"`
 	Width  int    `json:"width"`
 	Height int    `json:"height"`
-	Boxes  []box  `json:"boxes"`
+	// Crop is the surface's own rectangle on the image (the screen's
+	// capture holds more than the surface), nil when unknown.
+	Crop  *api.Bounds `json:"crop,omitempty"`
+	Boxes []box       `json:"boxes"`
 }
 
 // captureData is what the overlay needs of system.capture's answer.
@@ -135,22 +138,32 @@ func (s *Server) apiScreenshot(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	view := &screenshotView{Width: cd.Width, Height: cd.Height, Boxes: []box{}}
+	scale := cd.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	ox, oy := 0, 0
+	if g := sf.Geometry; g != nil && g.W > 0 && g.H > 0 {
+		ox, oy = g.X, g.Y
+		x0, y0 := max(int(math.Round(float64(g.X-cd.X)*scale)), 0), max(int(math.Round(float64(g.Y-cd.Y)*scale)), 0)
+		x1, y1 := min(int(math.Round(float64(g.X+g.W-cd.X)*scale)), cd.Width), min(int(math.Round(float64(g.Y+g.H-cd.Y)*scale)), cd.Height)
+		if x1 > x0 && y1 > y0 {
+			view.Crop = &api.Bounds{X: x0, Y: y0, W: x1 - x0, H: y1 - y0}
+		}
+	}
 	if els, err := s.b.QueryElements(ctx, &api.QueryElementsParams{SurfaceID: id}); err == nil {
-		ox, oy := 0, 0
-		if sf.Geometry != nil {
-			ox, oy = sf.Geometry.X, sf.Geometry.Y
-		}
-		scale := cd.Scale
-		if scale <= 0 {
-			scale = 1
-		}
 		var walk func(el *api.Element)
 		walk = func(el *api.Element) {
 			if b := el.Bounds; b != nil && b.W > 0 && b.H > 0 && len(view.Boxes) < wireframe.MaxElements {
-				view.Boxes = append(view.Boxes, box{
+				bx := box{
 					X: int(math.Round(float64(ox+b.X-cd.X) * scale)), Y: int(math.Round(float64(oy+b.Y-cd.Y) * scale)),
 					W: int(math.Round(float64(b.W) * scale)), H: int(math.Round(float64(b.H) * scale)),
-					Role: el.Role, Label: el.Label, ID: el.ID})
+					Role: el.Role, Label: el.Label, ID: el.ID}
+				// Hidden elements lie off the image (GTK puts them at
+				// -2^31): not drawn.
+				if bx.X < cd.Width && bx.X+bx.W > 0 && bx.Y < cd.Height && bx.Y+bx.H > 0 {
+					view.Boxes = append(view.Boxes, bx)
+				}
 			}
 			for i := range el.Children {
 				walk(&el.Children[i])

@@ -457,8 +457,10 @@
         const v = await getJSON('/api/surface/screenshot?id=' + encodeURIComponent(id));
         const NS = 'http://www.w3.org/2000/svg';
         const svg = document.createElementNS(NS, 'svg');
-        svg.setAttribute('viewBox', '0 0 ' + v.width + ' ' + v.height);
-        svg.setAttribute('width', String(v.width));
+        // The screen's capture, cut to the surface's rectangle.
+        const c = v.crop || { x: 0, y: 0, w: v.width, h: v.height };
+        svg.setAttribute('viewBox', c.x + ' ' + c.y + ' ' + c.w + ' ' + c.h);
+        svg.setAttribute('width', String(c.w));
         svg.setAttribute('class', 'shot');
         const img = document.createElementNS(NS, 'image');
         img.setAttribute('href', v.image);
