@@ -103,6 +103,17 @@ type session struct {
 	seen     time.Time
 	// shots are the screenshots of the surfaces page, by key.
 	shots map[string]*shot
+	// ended is closed when the session ends (logout, eviction, expiry):
+	// its event streams end with it.
+	ended chan struct{}
+}
+
+// endLocked forgets a session and ends its streams. s.mu must be held.
+func (s *Server) endLocked(se *session) {
+	if s.sessions[se.id] == se {
+		delete(s.sessions, se.id)
+		close(se.ended)
+	}
 }
 
 // New returns the dashboard for b.
@@ -168,9 +179,9 @@ func (s *Server) pruneLocked(now time.Time) {
 			delete(s.logins, t)
 		}
 	}
-	for id, se := range s.sessions {
+	for _, se := range s.sessions {
 		if now.Sub(se.seen) >= s.opts.SessionTTL {
-			delete(s.sessions, id)
+			s.endLocked(se)
 		}
 	}
 }
@@ -203,9 +214,9 @@ func (s *Server) login(token string) (*session, bool) {
 				lru = se
 			}
 		}
-		delete(s.sessions, lru.id)
+		s.endLocked(lru)
 	}
-	se := &session{id: randomHex(), csrf: randomHex(), seen: now, shots: map[string]*shot{}}
+	se := &session{id: randomHex(), csrf: randomHex(), seen: now, shots: map[string]*shot{}, ended: make(chan struct{})}
 	s.sessions[se.id] = se
 	return se, true
 }
@@ -220,7 +231,7 @@ func (s *Server) lookup(id string) *session {
 		return nil
 	}
 	if now.Sub(se.seen) >= s.opts.SessionTTL {
-		delete(s.sessions, id)
+		s.endLocked(se)
 		return nil
 	}
 	se.seen = now
@@ -229,7 +240,7 @@ func (s *Server) lookup(id string) *session {
 
 func (s *Server) logout(se *session) {
 	s.mu.Lock()
-	delete(s.sessions, se.id)
+	s.endLocked(se)
 	s.mu.Unlock()
 }
 

@@ -341,3 +341,36 @@ func TestCloseEndsStreams(t *testing.T) {
 		}
 	}
 }
+
+// Logging out ends the session's open streams.
+func TestLogoutEndsStream(t *testing.T) {
+	f := newFixture(t)
+	c, csrf := f.login(t)
+	resp, err := c.Get(f.base + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if l, _ := rd.ReadString('\n'); l != "retry: 1000\n" {
+		t.Fatalf("stream began %q", l)
+	}
+	r, _ := do(t, c, "POST", f.base+"/logout", map[string]string{"Origin": f.base, "Content-Type": "application/x-www-form-urlencoded"}, url.Values{"csrf": {csrf}}.Encode())
+	if r.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %s", r.Status)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := rd.ReadString('\n'); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream outlived the logout")
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"mime"
 	"net/http"
-	"time"
 
 	"github.com/pcp-dev/pcp/api"
 )
@@ -161,8 +160,9 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 		w.Write(s.pages.loginRefused)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: se.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-		MaxAge: int(s.opts.SessionTTL / time.Second)})
+	// A session cookie (no Max-Age): the browser keeps it in memory, not
+	// in its profile on disk, and pcpd ends it after SessionTTL idle.
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: se.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, "/confirmations", http.StatusSeeOther)
 }

@@ -70,7 +70,7 @@ func (k *sink) SubscriptionEnded(m *api.SubscriptionEnded) error {
 	return k.send(append(append([]byte("event: ended\ndata: "), data...), "\n\n"...))
 }
 
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, _ *session) {
+func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, se *session) {
 	select {
 	case <-s.quit:
 		refuse(w, http.StatusServiceUnavailable, "closing", "pcpd is shutting down")
@@ -121,6 +121,8 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, _ *session)
 		case <-r.Context().Done():
 			return
 		case <-s.quit:
+			return
+		case <-se.ended:
 			return
 		}
 	}
