@@ -41,7 +41,7 @@ func (f *fixture) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	st, err := store.OpenMemory(context.Background())
 	if err != nil {
@@ -68,7 +68,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // loginURL asks dashboard.login as the user.
-func (f *fixture) loginURL(t *testing.T) string {
+func (f *fixture) loginURL(t testing.TB) string {
 	t.Helper()
 	sess := f.b.OpenSession(core.SessionInfo{Role: core.RoleUser, Transport: "unix"}, core.Endpoint{})
 	defer sess.Close()
@@ -83,7 +83,7 @@ var noRedirect = func(*http.Request, []*http.Request) error { return http.ErrUse
 
 // login returns a client holding a session cookie, and the session's
 // CSRF token as its page carries it.
-func (f *fixture) login(t *testing.T) (*http.Client, string) {
+func (f *fixture) login(t testing.TB) (*http.Client, string) {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: noRedirect}
