@@ -600,3 +600,45 @@ func fetch(t *testing.T, jar http.CookieJar, u string) (*http.Response, string) 
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
 }
+
+// The dashboard listens on loopback only, and a shutdown ends its open
+// event streams and leaves no goroutine behind.
+func TestDashboardLoopbackAndShutdown(t *testing.T) {
+	dir := t.TempDir()
+	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:7881", "example.com:80"} {
+		_, err := New(Config{Socket: filepath.Join(dir, "r", "pcp.sock"), StateDir: filepath.Join(dir, "s"), TrustDir: filepath.Join(dir, "t"),
+			Dashboard: addr, Logger: slog.New(slog.DiscardHandler)})
+		if err == nil || !strings.Contains(err.Error(), "--dashboard") || !strings.Contains(err.Error(), "not loopback") {
+			t.Errorf("--dashboard %s: %v, want it refused as not loopback", addr, err)
+		}
+	}
+	testkit.CheckGoroutines(t)
+	s := startServer(t, Config{Dashboard: "127.0.0.1:0"})
+	user, err := client.Dial(context.Background(), s.cfg.ControlSocket, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer user.Close()
+	base := "http://" + s.DashboardAddr()
+	jar := loggedIn(t, user, base)
+	resp, err := (&http.Client{Jar: jar}).Get(base + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan struct{})
+	go func() { io.Copy(io.Discard, resp.Body); close(ended) }()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(sctx); err != nil {
+		t.Errorf("Shutdown with a stream open: %v", err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event stream outlived the daemon")
+	}
+	if _, err := user.DashboardLogin(context.Background()); err == nil {
+		t.Error("dashboard.login after shutdown succeeded")
+	}
+}
