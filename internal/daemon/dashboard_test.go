@@ -436,6 +436,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	do(t, b, "allowing", chromedp.Click(css(`#apps tr[data-app="`+dashAppID+`"] button.approve`)),
 		chromedp.WaitNotPresent(css(`#apps tr[data-app="`+dashAppID+`"][data-state="revoked"]`)))
 
+	// The audit log holds the logins, the sessions, and the decisions
+	// taken on the dashboard as user:dashboard.
+	tail, err := user.AuditTail(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range tail.Entries {
+		if e.Kind == api.AuditDashboard || e.Actor == "user:dashboard" {
+			got[e.Kind+" "+e.Outcome+" "+strings.SplitN(e.Actor, ",", 2)[0]] = true
+		}
+	}
+	for _, want := range []string{"dashboard login_issued user:uid=" + strconv.Itoa(os.Getuid()), "dashboard session_opened user:dashboard",
+		"confirmation approved user:dashboard", "confirmation denied user:dashboard", "job undone user:dashboard",
+		"revoke success user:dashboard", "allow success user:dashboard"} {
+		if !got[want] {
+			t.Errorf("the audit log lacks %q; it has %v", want, got)
+		}
+	}
+
 	// Audit: intact, then tampered behind the daemon's back.
 	do(t, b, "audit page", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(css(`#chain.ok`)))
 	shoot(t, b, "audit")

@@ -100,6 +100,8 @@ type Server struct {
 // session is one logged-in browser.
 type session struct {
 	id, csrf string
+	// tag names the session in the audit log; it is not the cookie.
+	tag string
 	seen     time.Time
 	// shots are the screenshots of the surfaces page, by key.
 	shots map[string]*shot
@@ -197,6 +199,9 @@ func (s *Server) dropOldestLoginLocked() {
 	delete(s.logins, oldest)
 }
 
+// Address is the dashboard's listener (core.DashboardLogins).
+func (s *Server) Address() string { return s.opts.Addr }
+
 // login trades a login token for a new session, once.
 func (s *Server) login(token string) (*session, bool) {
 	now := s.opts.Now()
@@ -216,7 +221,7 @@ func (s *Server) login(token string) (*session, bool) {
 		}
 		s.endLocked(lru)
 	}
-	se := &session{id: randomHex(), csrf: randomHex(), seen: now, shots: map[string]*shot{}, ended: make(chan struct{})}
+	se := &session{id: randomHex(), csrf: randomHex(), tag: randomHex()[:8], seen: now, shots: map[string]*shot{}, ended: make(chan struct{})}
 	s.sessions[se.id] = se
 	return se, true
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/core"
 )
 
 // CookieName is the session cookie.
@@ -153,6 +154,14 @@ func (s *Server) authed(h func(w http.ResponseWriter, r *http.Request, se *sessi
 // address bar).
 func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 	se, ok := s.login(r.URL.Query().Get("token"))
+	if ok {
+		if err := s.auditSession(r, se, true); err != nil {
+			// No session the audit log does not show.
+			s.logout(se)
+			writeError(w, err)
+			return
+		}
+	}
 	if !ok {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -172,8 +181,18 @@ func (s *Server) serveLogout(w http.ResponseWriter, r *http.Request, se *session
 		return
 	}
 	s.logout(se)
+	if err := s.auditSession(r, se, false); err != nil {
+		s.log.Error("dashboard logout not audited", "err", err)
+	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// auditSession writes a session's opening or closing to the audit log.
+func (s *Server) auditSession(r *http.Request, se *session, opened bool) error {
+	ctx, sess := s.userContext(r.Context(), core.Endpoint{})
+	defer sess.Close()
+	return s.b.DashboardSession(ctx, s.opts.Addr, se.tag, opened)
 }
 
 // checkForm parses a form post, bounded, and checks its CSRF token.
