@@ -101,8 +101,8 @@ type Server struct {
 type session struct {
 	id, csrf string
 	// tag names the session in the audit log; it is not the cookie.
-	tag string
-	seen     time.Time
+	tag  string
+	seen time.Time
 	// shots are the screenshots of the surfaces page, by key.
 	shots map[string]*shot
 	// ended is closed when the session ends (logout, eviction, expiry):
