@@ -374,6 +374,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	if n := get(t, b, "badge", chromedp.Poll[string](`document.querySelector('[data-badge="confirmations"]').textContent`, chromedp.WithPollingTimeout(5*time.Second))); n != "1" {
 		t.Errorf("the confirmations badge says %q, want 1", n)
 	}
+	if title := get(t, b, "title", chromedp.Evaluate[string](`document.title`)); title != "(1) Jobs · PCP dashboard" {
+		t.Errorf("the tab's title is %q, want it to count the pending confirmation", title)
+	}
 	if _, err := user.ConfirmApprove(ctx, p.ConfirmationID, ""); err != nil {
 		t.Fatal(err)
 	}

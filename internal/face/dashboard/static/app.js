@@ -119,9 +119,13 @@
     return requester || '';
   }
 
+  // The tab's title counts the pending confirmations, so that a
+  // dashboard in a background tab still says when one waits.
+  const baseTitle = document.title;
   function badge(name, n) {
     const b = document.querySelector('[data-badge="' + name + '"]');
     if (b) b.textContent = n > 0 ? String(n) : '';
+    if (name === 'confirmations') document.title = (n > 0 ? '(' + n + ') ' : '') + baseTitle;
   }
 
   function markRendered() {
