@@ -79,9 +79,10 @@ type Server struct {
 	b    *core.Broker
 	opts Options
 	log  *slog.Logger
-	// hosts are the Host values requests may carry.
-	hosts map[string]bool
-	// origin is the origin of the pages, "http://" + Addr.
+	// hosts are the Host values requests may carry; the pages' origin
+	// is "http://" + the request's Host (origin is Addr's, for the
+	// login URLs).
+	hosts  map[string]bool
 	origin string
 	mux    *http.ServeMux
 	pages  *pageSet
@@ -89,10 +90,13 @@ type Server struct {
 	// quit is closed by Close: event streams end.
 	quit      chan struct{}
 	closeOnce sync.Once
-	streams   sync.WaitGroup
+	// streams counts the event streams; Add only under mu while closed
+	// is false, so that Close's Wait sees every one.
+	streams sync.WaitGroup
 
-	// mu guards logins, sessions and each session's shots.
+	// mu guards logins, sessions, each session's shots, and closed.
 	mu       sync.Mutex
+	closed   bool
 	logins   map[string]time.Time // token → expiry
 	sessions map[string]*session  // cookie value → session
 }
@@ -155,8 +159,24 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // Close ends the event streams; requests in flight finish on their own.
 // The broker's logins should be taken away first (core.SetDashboard).
 func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.quit) })
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.quit)
+	})
 	s.streams.Wait()
+}
+
+// streamStarted counts a new event stream, false once Close has begun.
+func (s *Server) streamStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.streams.Add(1)
+	return true
 }
 
 // NewLogin mints a one-time login URL (core.DashboardLogins).

@@ -247,6 +247,22 @@ func TestRefusals(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "pcpctl dashboard") {
 		t.Errorf("cross-site navigation without the cookie: %s, want 401 and the login page", resp.Status)
 	}
+	// The page loaded as localhost:PORT posts with that origin. (A
+	// browser keeps cookies per host name: this one is handed over.)
+	port := strings.Split(host, ":")[1]
+	bu, _ := url.Parse(f.base)
+	cookie := c.Jar.Cookies(bu)[0]
+	bare := &http.Client{CheckRedirect: noRedirect}
+	resp, body = do(t, bare, "POST", f.base+"/action/approve", map[string]string{"Host": "localhost:" + port, "Origin": "http://localhost:" + port,
+		"Cookie": cookie.String(), "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}, form(url.Values{"csrf": {csrf}, "confirmation_id": {"conf-nope"}}))
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "INVALID_PARAMS") {
+		t.Errorf("a post from the localhost origin: %s %s, want it to reach the core", resp.Status, body)
+	}
+	resp, _ = do(t, bare, "POST", f.base+"/action/approve", map[string]string{"Host": "localhost:" + port, "Origin": f.base,
+		"Cookie": cookie.String(), "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}, form(url.Values{"csrf": {csrf}, "confirmation_id": {"conf-nope"}}))
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Host localhost with the 127.0.0.1 origin: %s, want 403", resp.Status)
+	}
 	// The right form is accepted: it reaches the core, which answers.
 	resp, body = do(t, c, "POST", f.base+"/action/approve", post, form(url.Values{"csrf": {csrf}, "confirmation_id": {"conf-nope"}}))
 	var r refusal

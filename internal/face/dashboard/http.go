@@ -62,11 +62,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusMisdirectedRequest, "wrong_host", "this dashboard answers only to "+s.opts.Addr)
 		return
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != s.origin {
+	// The page's own origin is that of the Host it was loaded from (the
+	// listener's address, or localhost with its port).
+	origin := "http://" + r.Host
+	if o := r.Header.Get("Origin"); o != "" && o != origin {
 		refuse(w, http.StatusForbidden, "foreign_origin", "requests from another origin are refused")
 		return
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get("Origin") != s.origin {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get("Origin") != origin {
 		// Browsers send Origin with every POST; without it the request
 		// did not come from the dashboard's own page.
 		refuse(w, http.StatusForbidden, "missing_origin", "a form post must carry the dashboard's Origin")

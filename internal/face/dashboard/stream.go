@@ -71,13 +71,10 @@ func (k *sink) SubscriptionEnded(m *api.SubscriptionEnded) error {
 }
 
 func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, se *session) {
-	select {
-	case <-s.quit:
+	if !s.streamStarted() {
 		refuse(w, http.StatusServiceUnavailable, "closing", "pcpd is shutting down")
 		return
-	default:
 	}
-	s.streams.Add(1)
 	defer s.streams.Done()
 	rc := http.NewResponseController(w)
 	k := &sink{out: make(chan []byte, streamQueue), done: make(chan struct{})}
