@@ -91,8 +91,8 @@ func (e *env) rootCommand() *cobra.Command {
 
 It lists and invokes capabilities, follows events, revokes and allows apps,
 approves and denies confirmations, lists and undoes deferred jobs, shows and
-reloads the policy, checks health, reads and verifies the audit log, and
-signs and verifies capability manifests.`,
+reloads the policy, checks health, reads and verifies the audit log,
+signs and verifies capability manifests, and opens the web dashboard.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Version:       version(),
