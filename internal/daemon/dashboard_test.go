@@ -424,7 +424,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	if nOther != 0 {
 		t.Errorf("filtered to capability.invoked, %d other rows remain", nOther)
 	}
+	// The agent filter: capability.invoked names who invoked.
+	agentRows := func(who string) int {
+		t.Helper()
+		do(t, b, "agent filter", chromedp.SetValue(css(`#f-agent`), who))
+		get(t, b, "filter input", chromedp.Evaluate[bool](`document.querySelector('#f-agent').dispatchEvent(new Event('input'))`))
+		return get(t, b, "rows", chromedp.Evaluate[int](`document.querySelectorAll('#events tbody tr').length`))
+	}
+	if n := agentRows("agent:uid=" + strconv.Itoa(os.Getuid())); n == 0 {
+		t.Error("filtered to the agent that invoked, no invocation is listed")
+	}
 	shoot(t, b, "events-filtered")
+	if n := agentRows("agent:nobody"); n != 0 {
+		t.Errorf("filtered to an agent that did nothing, %d rows remain", n)
+	}
 
 	// Apps: revoke and allow, with the trust levels in force.
 	do(t, b, "apps page", chromedp.Navigate(base+"/apps"), chromedp.WaitVisible(css(`#apps tr[data-app="`+dashAppID+`"]`)))

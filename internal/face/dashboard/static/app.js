@@ -250,7 +250,7 @@
     },
     agentText(ev) {
       const d = ev.data || {};
-      return [d.requester, d.actor, d.agent, d.source].filter(Boolean).join(' ');
+      return d.requester || d.actor || d.agent || d.source || '';
     },
     matches(ev) {
       const f = this.filter;
