@@ -29,6 +29,12 @@ const (
 	AuditRevoke = "revoke"
 	// AuditAllow: apps.allow. Detail: AuditAllowDetail.
 	AuditAllow = "allow"
+	// AuditDashboard: the web dashboard handed out a login URL
+	// (dashboard.login), a browser traded one for a session, or a session
+	// logged out; Outcome is AuditDashboardLoginIssued,
+	// AuditDashboardSessionOpened or AuditDashboardSessionClosed. Detail:
+	// AuditDashboardDetail.
+	AuditDashboard = "dashboard"
 	// AuditConfirmation: a confirmation changed state; Outcome is the new
 	// state (ConfirmPending, ...). Detail: AuditConfirmationDetail.
 	AuditConfirmation = "confirmation"
@@ -45,7 +51,7 @@ const (
 
 // AuditKinds lists the entry kinds, sorted.
 var AuditKinds = []string{
-	AuditAction, AuditAdapter, AuditAgent, AuditAllow, AuditConfirmation, AuditInvoke, AuditInvokeAdmin,
+	AuditAction, AuditAdapter, AuditAgent, AuditAllow, AuditConfirmation, AuditDashboard, AuditInvoke, AuditInvokeAdmin,
 	AuditJob, AuditLiveness, AuditPolicy, AuditRegister, AuditRevoke,
 }
 
@@ -60,6 +66,10 @@ const (
 	AuditPolicyLoadFailed = "load_failed"
 	AuditAgentOpened      = "opened"
 	AuditAgentClosed      = "closed"
+
+	AuditDashboardLoginIssued   = "login_issued"
+	AuditDashboardSessionOpened = "session_opened"
+	AuditDashboardSessionClosed = "session_closed"
 )
 
 // The detail structs below list their fields sorted by JSON name, so
@@ -118,6 +128,17 @@ type AuditAgentDetail struct {
 	Connections int    `json:"connections,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 	Socket      string `json:"socket"`
+}
+
+// AuditDashboardDetail is the detail of a dashboard login or session.
+type AuditDashboardDetail struct {
+	// Address is the dashboard's listener.
+	Address string `json:"address"`
+	// ExpiresAt is when an unused login URL stops working (RFC 3339).
+	ExpiresAt string `json:"expires_at,omitempty"`
+	// Session is a random tag of the browser's session (not its
+	// cookie), so that its opening and closing can be matched.
+	Session string `json:"session,omitempty"`
 }
 
 // AuditRevokeDetail is the detail of a revocation.

@@ -13,7 +13,7 @@ import (
 func TestAuditDetailsAreCanonical(t *testing.T) {
 	for _, v := range []any{
 		AuditErrorDetail{}, AuditRegisterDetail{}, AuditInvokeDetail{}, AuditActionDetail{}, AuditAdapterDetail{},
-		AuditRevokeDetail{}, AuditAllowDetail{}, AuditConfirmationDetail{}, AuditJobDetail{}, AuditPolicyDetail{},
+		AuditRevokeDetail{}, AuditAllowDetail{}, AuditConfirmationDetail{}, AuditJobDetail{}, AuditPolicyDetail{}, AuditDashboardDetail{}, AuditAgentDetail{},
 	} {
 		typ := reflect.TypeOf(v)
 		var names []string

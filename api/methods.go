@@ -68,6 +68,9 @@ const (
 	MethodAuditTail = "audit.tail"
 	// MethodAuditVerify walks the audit chain as stored on disk.
 	MethodAuditVerify = "audit.verify"
+	// MethodDashboardLogin makes a one-time login URL of the web
+	// dashboard (pcpd --dashboard). User only.
+	MethodDashboardLogin = "dashboard.login"
 	// MethodEventsHistory returns recent events from the journal.
 	MethodEventsHistory = "events.history"
 	// MethodSessionAuthenticate presents the bearer token on TCP.
@@ -138,6 +141,7 @@ var Methods = []MethodInfo{
 	{Name: MethodConfirmApprove, Role: RoleUser},
 	{Name: MethodConfirmDeny, Role: RoleUser},
 	{Name: MethodConfirmList, Role: RoleAgent, ReadOnly: true},
+	{Name: MethodDashboardLogin, Role: RoleUser},
 	{Name: MethodEventsHistory, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodHealthCheck, Role: RoleAgent, ReadOnly: true},
 	{Name: MethodInvokeAction, Role: RoleAgent},

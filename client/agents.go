@@ -17,3 +17,9 @@ func (c *Client) OpenAgent(ctx context.Context, name string) (*api.AgentsOpenRes
 func (c *Client) CloseAgent(ctx context.Context, name string) (*api.AgentsCloseResult, error) {
 	return call[api.AgentsCloseResult](ctx, c, api.MethodAgentsClose, &api.AgentsCloseParams{Name: name})
 }
+
+// DashboardLogin asks for a one-time login URL of the web dashboard
+// (dashboard.login, on the control socket; pcpd --dashboard).
+func (c *Client) DashboardLogin(ctx context.Context) (*api.DashboardLoginResult, error) {
+	return call[api.DashboardLoginResult](ctx, c, api.MethodDashboardLogin, nil)
+}

@@ -45,6 +45,7 @@ func main() {
 	fs.IntVar(&cfg.Scomp.Sessions, "scomp-sessions", 0, "how many scomp sessions one agent may hold at once on scomp.sock, and the TCP endpoint's together (default 16)")
 	fs.IntVar(&cfg.Scomp.MemoryLimit, "scomp-memory-limit", 0, "bytes of JavaScript heap one scomp session may use (default 64 MiB)")
 	fs.Int64Var(&cfg.Scomp.MemoryTotal, "scomp-memory-total", 0, "bytes of JavaScript heap the scomp sessions open at once may reserve together, each its --scomp-memory-limit (default 2 GiB)")
+	fs.StringVar(&cfg.Dashboard, "dashboard", "", "serve the web dashboard on this loopback address, e.g. 127.0.0.1:7881 (pcpctl dashboard prints its login URL)")
 	fs.BoolVar(&cfg.MCP.ExposeCapabilities, "expose-capabilities", false, "add one MCP tool per registered capability, kept in step as apps register or are revoked")
 	fs.BoolVar(&cfg.AuditFsync, "audit-fsync", false, "fsync the audit log before each reply waiting on it, so acknowledged entries survive a power loss (costs a disk flush per group)")
 	fs.BoolVar(&cfg.AllowUnsigned, "allow-unsigned", false, "accept manifests with an empty signature (development only; reported by health.check)")

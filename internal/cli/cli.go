@@ -93,7 +93,8 @@ It lists and invokes capabilities, follows events, revokes and allows apps,
 approves and denies confirmations, lists and undoes deferred jobs, shows and
 reloads the policy, checks health, reads and verifies the audit log,
 signs and verifies capability manifests, says what is not ready (doctor),
-and installs pcpd's systemd user units (install --user).`,
+installs pcpd's systemd user units (install --user), and opens the web
+dashboard.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Version:       version(),
@@ -132,6 +133,7 @@ and installs pcpd's systemd user units (install --user).`,
 		e.doctorCommand(),
 		e.installCommand(),
 		e.uninstallCommand(),
+		e.dashboardCommand(),
 		e.versionCommand(),
 	)
 	e.addCompletions(root)

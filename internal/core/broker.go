@@ -207,6 +207,8 @@ type Broker struct {
 	agents agentTable
 	// prompter shows pending confirmations to the user (prompt.go).
 	prompter promptSlot
+	// dashboard mints the web dashboard's login URLs (dashboard.go).
+	dashboard atomic.Pointer[dashboardSlot]
 }
 
 // New loads persisted state and returns a running broker.

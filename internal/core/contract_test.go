@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/pcp-dev/pcp/api"
 )
@@ -81,6 +82,12 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 			_, err := w.b.CloseAgent(w.user, &api.AgentsCloseParams{Name: "probe"})
 			return err
 		}},
+		{"dashboard login", func() error {
+			w.b.SetDashboard(fakeDashboard{})
+			_, err := w.b.DashboardLogin(w.user)
+			return err
+		}},
+		{"dashboard session", func() error { return w.b.DashboardSession(w.user, "127.0.0.1:7881", "0123abcd", true) }},
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
@@ -97,6 +104,7 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 		api.AuditAgent:        func() any { return new(api.AuditAgentDetail) },
 		api.AuditAllow:        func() any { return new(api.AuditAllowDetail) },
 		api.AuditConfirmation: func() any { return new(api.AuditConfirmationDetail) },
+		api.AuditDashboard:    func() any { return new(api.AuditDashboardDetail) },
 		api.AuditInvoke:       func() any { return new(api.AuditInvokeDetail) },
 		api.AuditInvokeAdmin:  func() any { return new(api.AuditInvokeDetail) },
 		api.AuditJob:          func() any { return new(api.AuditJobDetail) },
@@ -132,12 +140,20 @@ func TestAuditEntriesFollowTheContract(t *testing.T) {
 		}
 	}
 	for _, k := range []string{api.AuditRegister, api.AuditInvoke, api.AuditConfirmation, api.AuditAdapter, api.AuditAction,
-		api.AuditPolicy, api.AuditRevoke, api.AuditAllow, api.AuditAgent} {
+		api.AuditPolicy, api.AuditRevoke, api.AuditAllow, api.AuditAgent, api.AuditDashboard} {
 		if !seen[k] {
 			t.Errorf("no %s entry was written; the steps above should write one", k)
 		}
 	}
 }
+
+// fakeDashboard stands in for the dashboard's logins.
+type fakeDashboard struct{}
+
+func (fakeDashboard) NewLogin() (string, time.Time, error) {
+	return "http://127.0.0.1:7881/login?token=t", time.Unix(1e9, 0), nil
+}
+func (fakeDashboard) Address() string { return "127.0.0.1:7881" }
 
 // fakeAgentEndpoints stands in for the daemon's agent sockets.
 type fakeAgentEndpoints struct{}

@@ -312,7 +312,7 @@ func (b *Broker) record(ctx context.Context, inv *invocation, res *api.Capabilit
 	}
 	if publish {
 		b.publish(api.EventCapabilityInvoked, appID, "", &invokedEvent{
-			AppID: appID, CapabilityID: p.CapabilityID, DurationMS: rec.Duration.Milliseconds(),
+			Actor: rec.Actor, AppID: appID, CapabilityID: p.CapabilityID, DurationMS: rec.Duration.Milliseconds(),
 			Outcome: rec.Outcome, Source: string(p.Source),
 		})
 	}
@@ -504,6 +504,9 @@ func (sp sessionProvider) Invoke(ctx context.Context, c *api.Capability, source 
 // map because it is published on every invocation. Members are in the
 // order a map would encode them, so subscribers see one shape.
 type invokedEvent struct {
+	// Actor is who invoked, as the audit entry names them
+	// ("agent:uid=…,pid=…", "agent:<name>", "user:…").
+	Actor        string `json:"actor"`
 	AppID        string `json:"app_id"`
 	CapabilityID string `json:"capability_id"`
 	DurationMS   int64  `json:"duration_ms"`

@@ -84,6 +84,9 @@ type Config struct {
 	MCP MCPConfig
 	// Scomp configures the scomp face (scomp.go).
 	Scomp ScompConfig
+	// Dashboard, if set, is a loopback address serving the web dashboard
+	// (dashboard.go); pcpctl dashboard asks for its login URL.
+	Dashboard string
 
 	// Activated are the sockets the service manager passed (ListenFDs):
 	// each serves as the agent, control, MCP or scomp socket, by its name

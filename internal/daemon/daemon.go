@@ -13,6 +13,8 @@
 //     it, and the MCP face's HTTP sessions with it: mcp.go);
 //   - the scomp HTTP servers, on scomp.sock and with --scomp (Serve;
 //     stopAccepting closes them and the scomp sessions: scomp.go);
+//   - the dashboard's HTTP server, with --dashboard (Serve; stopAccepting
+//     closes it and ends its event streams: dashboard.go);
 //   - the accessibility connect attempt (Serve; its context is the
 //     server's, cancelled at Shutdown or Close);
 //   - the desktop notifier's connect attempt, worker and signal reader
@@ -71,6 +73,7 @@ type Server struct {
 	stream  *stream.Server
 	mcp     *mcpServer
 	scomp   *scompServer
+	dash    *dashServer // with Config.Dashboard (dashboard.go)
 	lns     []listener
 	shed    *shedder
 	// lineBudget bounds the long JSON-RPC lines of every connection.
@@ -231,6 +234,9 @@ func New(cfg Config) (_ *Server, err error) {
 	if err := s.newScomp(); err != nil {
 		return nil, err
 	}
+	if err := s.newDashboard(); err != nil {
+		return nil, err
+	}
 	if err := s.checkActivatedTaken(); err != nil {
 		return nil, err
 	}
@@ -340,6 +346,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.startBackground()
 	s.serveMCPHTTP()
 	s.serveScomp()
+	s.serveDashboard()
 	s.log.Info("pcpd ready", "socket", s.cfg.Socket, "app_sockets", s.cfg.AppSocketDir, "control", s.cfg.ControlSocket, "state", s.cfg.StateDir, "trust", s.cfg.TrustDir, "tcp", s.cfg.TCPAddr)
 	if s.cfg.Ready != nil {
 		s.cfg.Ready()
@@ -417,6 +424,7 @@ func (s *Server) stopAccepting() bool {
 		}
 		s.stopMCP()
 		s.stopScomp()
+		s.stopDashboard()
 		close(s.quit) // after the listeners: quit means nothing is accepted
 		s.cancel()
 	})
@@ -494,6 +502,7 @@ func (s *Server) release() {
 		s.closeNotifier()
 		s.stopMCP() // New failing halfway: never served
 		s.stopScomp()
+		s.stopDashboard()
 		if s.b != nil {
 			s.b.Close()
 		}

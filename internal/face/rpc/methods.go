@@ -86,6 +86,7 @@ var methods = withRoles([]method{
 	{name: api.MethodConfirmApprove, call: typed((*core.Broker).ApproveConfirmation)},
 	{name: api.MethodConfirmDeny, call: typed((*core.Broker).DenyConfirmation)},
 	{name: api.MethodConfirmList, call: noParams((*core.Broker).Confirmations)},
+	{name: api.MethodDashboardLogin, call: noParams((*core.Broker).DashboardLogin)},
 	{name: api.MethodEventsHistory, call: typed((*core.Broker).EventHistory)},
 	{name: api.MethodHealthCheck, call: noParams((*core.Broker).Health)},
 	{name: api.MethodInvokeAction, call: typed((*core.Broker).InvokeAction)},
