@@ -135,8 +135,15 @@ const batchParallel = 8
 // Conn is one JSON-RPC 2.0 connection, symmetric: it serves the peer's
 // requests and lets this side send requests and notifications to the peer.
 //
-// Concurrency: Call, Notify and Close may be called from any goroutine.
-// Run owns the read loop; it must be called exactly once.
+// Concurrency: Call, Notify, StartReading and Close may be called from
+// any goroutine. Run must be called exactly once. One goroutine at a
+// time reads: the holder of the reading token (rtok), which is Run's
+// once the connection reads in the background, and until then (with
+// Options.ReadOnDemand) a waiting call's, in turn. Run's reading moves
+// to another goroutine when a request it serves inline outlasts its
+// budget or calls the peer (reader, handOff). Writers share bw under
+// wmu and write on their own goroutine: no writer goroutine stands
+// between a reply and the socket.
 type Conn struct {
 	rwc  io.ReadWriteCloser
 	opts Options

@@ -303,3 +303,49 @@ func TestLineReaderKeepsPartialLines(t *testing.T) {
 		}
 	}
 }
+
+// readAll reads every line of l until its end: each line, or "skip N"
+// for one over the bound; interrupted reads are retried.
+func readAll(l *LineReader) []string {
+	var got []string
+	for {
+		line, err := l.ReadLine()
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		case err == ErrLineTooLong:
+			got = append(got, fmt.Sprintf("skip %d", l.Skipped))
+			continue
+		case err != nil:
+			return got
+		}
+		got = append(got, string(line))
+	}
+}
+
+// FuzzLineReaderKeepPartial checks that reads interrupted anywhere (each
+// byte of cuts is the length of the next chunk before an interruption)
+// give a KeepPartial reader the lines an uninterrupted reader gives.
+func FuzzLineReaderKeepPartial(f *testing.F) {
+	f.Add([]byte("short\n"+strings.Repeat("L", 70)+"\n"+strings.Repeat("X", 150)+"\nlast"), []byte{3, 40, 1, 90}, uint8(64))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":"ok"}`+"\n\n"), []byte{10}, uint8(16))
+	f.Fuzz(func(t *testing.T, data, cuts []byte, max uint8) {
+		if max == 0 {
+			max = 1
+		}
+		want := readAll(NewLineReader(bytes.NewReader(data), int(max)))
+		var steps []step
+		rest := string(data)
+		for _, c := range cuts {
+			n := min(int(c), len(rest))
+			steps = append(steps, step{data: rest[:n], err: os.ErrDeadlineExceeded})
+			rest = rest[n:]
+		}
+		steps = append(steps, step{data: rest})
+		l := NewLineReader(&script{steps: steps}, int(max))
+		l.KeepPartial = true
+		if got := readAll(l); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("interrupted after chunks %v: got %q, want %q", cuts, got, want)
+		}
+	})
+}
