@@ -173,8 +173,9 @@ type Conn struct {
 	gone sync.Once
 
 	handlers sync.WaitGroup
-	// inFlight counts the peer's requests (batches count once) dispatched
-	// and not yet answered; the idle timeout spares a connection with any.
+	// inFlight counts the peer's requests (batches count once) read and
+	// not yet answered (a lone request: whose handler has not returned);
+	// the idle timeout spares a connection with any.
 	inFlight atomic.Int32
 
 	// rd is Run's reader, set before the loop starts; serving says
@@ -308,7 +309,7 @@ func (c *Conn) Run() error {
 	}
 	end, handedOff, over := c.awaitReading()
 	if !over {
-		end, handedOff = r.loop(true)
+		end, handedOff = r.loop()
 	}
 	if handedOff {
 		end = <-r.ended
@@ -375,9 +376,8 @@ type reader struct {
 	// the only sender; Run closes it, which lets idle workers exit.
 	work chan func()
 	// workers counts worker goroutines, and a request left behind by a
-	// hand-off until its goroutine joins the pool or leaves: at most
-	// MaxInFlight. Only the reader adds to it; Run's goroutine, left
-	// behind, gives its slot back.
+	// hand-off until it is done: at most MaxInFlight, but for left-behind
+	// requests that found the pool full. Only the reader adds to it.
 	workers atomic.Int32
 	// timer hands the reading off when a request served inline
 	// outlasts the budget. The reader arms it and stops it; a stop or an
@@ -453,18 +453,17 @@ func (r *reader) carryOn() {
 	r.workers.Add(1)
 	// The timer was armed for the request left behind.
 	r.timer.Stop()
-	if end, handedOff := r.loop(false); !handedOff {
+	if end, handedOff := r.loop(); !handedOff {
 		r.ended <- end
 	}
 }
 
 // loop reads and serves lines until the connection ends (handedOff
 // false) or until this goroutine has served a request inline and found
-// the reading handed to another (handedOff true). run says whether this
-// is Run's goroutine.
-func (r *reader) loop(run bool) (end loopEnd, handedOff bool) {
+// the reading handed to another (handedOff true).
+func (r *reader) loop() (end loopEnd, handedOff bool) {
 	for {
-		switch st, end := r.step(run, true); st {
+		switch st, end := r.step(true); st {
 		case loopOver:
 			return end, false
 		case handedAway:
@@ -485,7 +484,7 @@ const (
 
 // step reads one line and serves it. mayInline lets it serve the peer's
 // lone request on this goroutine (see serveInline).
-func (r *reader) step(run, mayInline bool) (int, loopEnd) {
+func (r *reader) step(mayInline bool) (int, loopEnd) {
 	c, lr := r.c, r.lr
 	line, err := lr.ReadLine()
 	if err == ErrLineCut {
@@ -569,14 +568,14 @@ func (r *reader) step(run, mayInline bool) (int, loopEnd) {
 		default:
 			lone := c.inFlight.Add(1) == 1 && lr.Buffered() == 0
 			if lone && mayInline && c.opts.InlineBudget > 0 {
-				switch r.serveInline(m, run) {
+				switch r.serveInline(m) {
 				case servedInline:
 					continue
 				case leftBehind:
 					return handedAway, loopEnd{}
 				}
 			}
-			if !r.dispatch(func() { c.serveOne(m); c.inFlight.Add(-1) }) {
+			if !r.dispatch(func() { c.serveOne(m) }) {
 				return loopOver, loopEnd{}
 			}
 		}
@@ -595,9 +594,9 @@ const (
 // nothing more read, on the reading goroutine: no hand-off to a worker
 // and back. If the request outlasts the budget, or calls the peer
 // (whose answer must be read), the reading is handed to a new goroutine
-// (handOff) and this one, once the request is done, joins the workers
-// (Run's goroutine instead gives back its slot and waits for the end).
-func (r *reader) serveInline(m *Message, run bool) int {
+// (handOff) and this one leaves once the request is done (Run's
+// goroutine waits for the reading to end).
+func (r *reader) serveInline(m *Message) int {
 	c := r.c
 	c.serving.Store(inline)
 	// A call of this side's that is already waiting for its answer
@@ -615,20 +614,18 @@ func (r *reader) serveInline(m *Message, run bool) int {
 	r.timer.Reset(c.opts.InlineBudget)
 	c.handlers.Add(1)
 	c.serveOne(m)
-	c.inFlight.Add(-1)
 	if c.serving.CompareAndSwap(inline, notInline) {
 		r.timer.Stop() // a stop that comes too late hands off the next request early, no worse
 		c.handlers.Done()
 		return servedInline
 	}
-	// Another goroutine reads now, and owns the reader; this one must
-	// not touch it but for work and workers.
-	if run {
-		r.workers.Add(-1)
-		c.handlers.Done()
-		return leftBehind
-	}
-	c.worker(r.work, nil) // until Run closes work; it ends the handlers' count
+	// Another goroutine reads now, and owns the reader; this one gives
+	// back the slot the new reader counted for it, and leaves (Run's
+	// goroutine waits for the reading's end). It does not join the
+	// workers: a connection whose lone requests are slow would grow a
+	// pool it never needs.
+	r.workers.Add(-1)
+	c.handlers.Done()
 	return leftBehind
 }
 
@@ -776,14 +773,12 @@ func (c *Conn) hangUp() {
 	}
 }
 
-// worker runs f (if not nil), then whatever the reader hands it, until
-// work is closed.
+// worker runs f, then whatever the reader hands it, until work is
+// closed.
 func (c *Conn) worker(work <-chan func(), f func()) {
 	defer c.handlers.Done()
 	for {
-		if f != nil {
-			f()
-		}
+		f()
 		var ok bool
 		if f, ok = <-work; !ok {
 			return
@@ -809,9 +804,13 @@ func (c *Conn) protocolError(id json.RawMessage, e *api.Error) {
 	c.writeLine(AppendError(nil, id, e))
 }
 
-// serveOne handles a request or notification and writes the reply.
+// serveOne handles one of the peer's requests, counted in inFlight, and
+// writes the reply. The request stops counting when its handler returns,
+// before the reply is written, so that a request the peer sends as soon
+// as it has the reply finds none in flight (and is served inline).
 func (c *Conn) serveOne(m *Message) {
 	reply, fds, _ := c.handle(m, false)
+	c.inFlight.Add(-1)
 	if reply != nil {
 		c.writeLineFDs(reply, fds)
 	} else {
@@ -1210,7 +1209,7 @@ func (c *Conn) readFor(ctx context.Context, ch chan *Message) {
 	for !ended && len(ch) == 0 && ctx.Err() == nil && c.onDemandStill() {
 		// An interrupted step comes back to the loop's test: ctx has
 		// ended (only its AfterFunc sets a read deadline).
-		if st, end := r.step(false, false); st == loopOver {
+		if st, end := r.step(false); st == loopOver {
 			r.ended <- end
 			ended = true
 		}

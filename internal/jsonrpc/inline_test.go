@@ -237,3 +237,44 @@ func TestHandOffsUnderLoad(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Lone requests that each wait past the budget (for the peer's next
+// line) hand the reading off every time, and each goroutine left behind
+// leaves when its request is done: the connection grows no pool of idle
+// goroutines for them.
+func TestSlowLoneRequestsLeaveNoIdleGoroutines(t *testing.T) {
+	testkit.CheckGoroutines(t)
+	a, b := pair(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, m *Message) (any, error) {
+		if m.IsNotification() {
+			release <- struct{}{}
+			return nil, nil
+		}
+		started <- struct{}{}
+		select {
+		case <-release:
+			return "released", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	srv := NewConn(a, Options{Handler: h, InlineBudget: time.Millisecond})
+	go srv.Run()
+	defer srv.Close()
+	rd := bufio.NewReader(b)
+	for i := range 20 {
+		fmt.Fprintf(b, `{"jsonrpc":"2.0","id":%d,"method":"wait"}`+"\n", i)
+		<-started // alone, so served inline; the notification is read after the hand-off
+		fmt.Fprint(b, `{"jsonrpc":"2.0","method":"release"}`+"\n")
+		if got := readReplies(t, rd, b.SetReadDeadline, 1); got[i] != "released" {
+			t.Fatalf("round %d: replies %v", i, got)
+		}
+	}
+	// A request read just before the one before it was done counts as
+	// pipelined and may start a worker; a pool of one per slow request
+	// (20) would be the leak.
+	if n := srv.rd.workers.Load(); n > 4 {
+		t.Errorf("%d worker slots held after 20 slow lone requests, want a handful at most", n)
+	}
+}
