@@ -1193,17 +1193,9 @@ func (c *Conn) answerAfterClose(ch chan *Message) (*Message, bool, error) {
 // Run.
 func (c *Conn) readFor(ctx context.Context, ch chan *Message) {
 	r := c.rd
-	var (
-		dl           = c.rwc.(readDeadliner)
-		interrupting sync.WaitGroup
-		stop         = func() bool { return true }
-	)
+	stop := noInterrupt
 	if ctx.Done() != nil { // a context that can end
-		interrupting.Add(1)
-		stop = context.AfterFunc(ctx, func() {
-			defer interrupting.Done()
-			dl.SetReadDeadline(time.Unix(1, 0))
-		})
+		stop = c.interruptOnDone(ctx)
 	}
 	ended := false
 	for !ended && len(ch) == 0 && ctx.Err() == nil && c.onDemandStill() {
@@ -1214,12 +1206,31 @@ func (c *Conn) readFor(ctx context.Context, ch chan *Message) {
 			ended = true
 		}
 	}
-	if !stop() {
-		interrupting.Wait()
-		dl.SetReadDeadline(time.Time{})
-	}
+	stop()
 	if !ended {
 		<-c.rtok
+	}
+}
+
+func noInterrupt() {}
+
+// interruptOnDone makes the end of ctx interrupt this connection's read
+// in progress (a read deadline in the past). The function it returns
+// undoes it: once it has returned, no interruption is pending and the
+// read deadline is cleared.
+func (c *Conn) interruptOnDone(ctx context.Context) (stop func()) {
+	dl := c.rwc.(readDeadliner)
+	var interrupting sync.WaitGroup
+	interrupting.Add(1)
+	stopAfter := context.AfterFunc(ctx, func() {
+		defer interrupting.Done()
+		dl.SetReadDeadline(time.Unix(1, 0))
+	})
+	return func() {
+		if !stopAfter() {
+			interrupting.Wait()
+			dl.SetReadDeadline(time.Time{})
+		}
 	}
 }
 
