@@ -266,6 +266,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // once the requests already read have been answered: a handler may call
 // it to end its own connection after its reply.
 func (c *Conn) CloseWhenIdle() {
+	c.StartReading() // someone must read on to the EOF
 	if cr, ok := c.rwc.(interface{ CloseRead() error }); ok && cr.CloseRead() == nil {
 		return // Run sees EOF, answers what it has, then closes
 	}
@@ -307,7 +308,8 @@ func (c *Conn) Run() error {
 		})
 		defer t.Stop()
 	}
-	end, handedOff, over := c.awaitReading()
+	end, over := c.awaitReading()
+	handedOff := false
 	if !over {
 		end, handedOff = r.loop()
 	}
@@ -330,29 +332,29 @@ func (c *Conn) Run() error {
 // once StartReading is called. over is set when the reading ended
 // meanwhile, in a call that read for itself (end says how), or because
 // the connection was closed.
-func (c *Conn) awaitReading() (end loopEnd, handedOff, over bool) {
+func (c *Conn) awaitReading() (end loopEnd, over bool) {
 	r := c.rd
 	select {
 	case <-c.bg:
 	case end = <-r.ended:
-		return end, false, true
+		return end, true
 	case <-c.done:
 		// A call may be reading: its read fails now, and it ends the
 		// reading (and keeps the token).
 		select {
 		case c.rtok <- struct{}{}:
-			return loopEnd{}, false, true
+			return loopEnd{}, true
 		case end = <-r.ended:
-			return end, false, true
+			return end, true
 		}
 	}
 	select {
 	case c.rtok <- struct{}{}:
 	case end = <-r.ended:
-		return end, false, true
+		return end, true
 	}
 	c.onDemand.Store(false)
-	return loopEnd{}, false, false
+	return loopEnd{}, false
 }
 
 // reader is the state of a connection's read loop. One goroutine at a
