@@ -600,6 +600,9 @@ const (
 // goroutine waits for the reading to end).
 func (r *reader) serveInline(m *Message) int {
 	c := r.c
+	// Counted before the reading can move on: the reading may end, and
+	// Run wait for the handlers, before this request is done.
+	c.handlers.Add(1)
 	c.serving.Store(inline)
 	// A call of this side's that is already waiting for its answer
 	// would wait for the request too: serve it beside the reading. (A
@@ -609,12 +612,12 @@ func (r *reader) serveInline(m *Message) int {
 	calls := len(c.pending)
 	c.pmu.Unlock()
 	if calls > 0 && c.serving.CompareAndSwap(inline, notInline) {
+		c.handlers.Done()
 		return notServed
 	}
 	// (If that swap failed, a call has handed the reading off already:
 	// this goroutine serves the request, left behind.)
 	r.timer.Reset(c.opts.InlineBudget)
-	c.handlers.Add(1)
 	c.serveOne(m)
 	if c.serving.CompareAndSwap(inline, notInline) {
 		r.timer.Stop() // a stop that comes too late hands off the next request early, no worse
