@@ -162,7 +162,13 @@ func New(rwc net.Conn, opts Options) *Client {
 	// On a Unix socket, the daemon passes attachments as descriptors
 	// with the reply lines (docs/jsonrpc.md, "Attachments").
 	_, unixSocket := rwc.(*net.UnixConn)
-	cl.conn = jsonrpc.NewConn(rwc, jsonrpc.Options{Handler: h, MaxLine: opts.MaxLine, WriteTimeout: -1, ReceiveFDs: unixSocket})
+	// A client that serves nothing and has no notification callback
+	// expects nothing unasked until it subscribes or asks for
+	// Notifications or Done: until then each call reads its own answer
+	// on its own goroutine (jsonrpc.Options.ReadOnDemand), which saves
+	// a goroutine hand-off per call.
+	onDemand := opts.Handler == nil && opts.OnNotify == nil
+	cl.conn = jsonrpc.NewConn(rwc, jsonrpc.Options{Handler: h, MaxLine: opts.MaxLine, WriteTimeout: -1, ReceiveFDs: unixSocket, ReadOnDemand: onDemand})
 	go func() {
 		cl.err = cl.conn.Run()
 		close(cl.done)
@@ -173,20 +179,41 @@ func New(rwc net.Conn, opts Options) *Client {
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// Done is closed when the connection has ended.
-func (c *Client) Done() <-chan struct{} { return c.done }
+// Done is closed when the connection has ended. From the first call of
+// Done on, the connection is read in the background, so that it sees
+// the daemon hang up.
+func (c *Client) Done() <-chan struct{} {
+	c.conn.StartReading()
+	return c.done
+}
 
 // Notifications returns the queue of pushed notifications (when Options
 // had no OnNotify). The channel is never closed; select on Done too.
-func (c *Client) Notifications() <-chan Notification { return c.notifs }
+// From the first call on, the connection is read in the background.
+func (c *Client) Notifications() <-chan Notification {
+	c.conn.StartReading()
+	return c.notifs
+}
 
 // Call sends any method and decodes its result. Errors from the daemon
 // are *api.Error.
 func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	readsAfter(c, method)
 	return c.conn.Call(ctx, method, params, result)
 }
 
+// readsAfter starts reading the connection in the background before a
+// method after which the daemon sends unasked: events for a
+// subscription, requests to an app or an adapter.
+func readsAfter(c *Client, method string) {
+	switch method {
+	case api.MethodSubscribeEvents, api.MethodRegisterCapability, api.MethodRegisterAdapter:
+		c.conn.StartReading()
+	}
+}
+
 func call[R any](ctx context.Context, c *Client, method string, params any) (*R, error) {
+	readsAfter(c, method)
 	r := new(R)
 	if err := c.conn.Call(ctx, method, params, r); err != nil {
 		return nil, err

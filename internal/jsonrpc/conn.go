@@ -21,11 +21,15 @@ import (
 )
 
 // Handler serves the peer's requests and notifications. Requests are
-// handled concurrently, each on its own goroutine. Notifications are
-// handled one at a time on the read loop, in the order they arrived, so
-// Handle must return promptly for them. Each call gets its own ctx,
-// cancelled when it returns or when the connection closes. For a
-// notification the result is discarded. An error that is not an
+// handled concurrently, each on its own goroutine; the peer's only
+// request in flight is handled on the reading goroutine itself, which
+// moves the reading elsewhere once the request has taken
+// Options.InlineBudget or calls the peer, so a request that waits (for
+// a line yet to be read, a user, an event) delays the next lines by at
+// most the budget. Notifications are handled one at a time on the read
+// loop, in the order they arrived, so Handle must return promptly for
+// them. Each call gets its own ctx, cancelled when it returns or when
+// the connection closes. For a notification the result is discarded. An error that is not an
 // *api.Error is answered as INTERNAL_ERROR; a panic is recovered,
 // reported to Options.OnPanic and answered with a plain INTERNAL_ERROR
 // that does not carry the panic's text.
@@ -48,6 +52,14 @@ type Options struct {
 	// MaxInFlight bounds the peer's requests being handled at once; the
 	// connection stops reading while it is reached. 0 means 256.
 	MaxInFlight int
+	// InlineBudget is how long the peer's request is served on the
+	// reading goroutine when it is the only one in flight and nothing
+	// more has been read (no hand-off to a worker and back). Past it,
+	// or as soon as the request calls the peer, the reading moves to
+	// another goroutine, so that the peer's next lines (and answers to
+	// this side's calls) are read meanwhile. 0 means
+	// DefaultInlineBudget; negative serves every request on a worker.
+	InlineBudget time.Duration
 	// MaxBatch bounds the messages of one batch; a larger batch is
 	// answered with one INVALID_REQUEST. 0 means DefaultMaxBatch.
 	MaxBatch int
@@ -80,6 +92,17 @@ type Options struct {
 	LineBudget *deadline.Budget
 	// Gate, if set, must be passed before anything else is read.
 	Gate *Gate
+	// ReadOnDemand makes the connection read only while a call of this
+	// side's waits for its answer, and on that call's goroutine, until
+	// StartReading: a lone call's answer reaches its caller with no
+	// hand-off from a reading goroutine. Whatever else arrives meanwhile
+	// (notifications, the peer's requests, other calls' answers) is
+	// served as Run would serve it, but only while some call waits. For
+	// a side that expects nothing unasked (a client before it
+	// subscribes or serves anything). It is ignored with Gate,
+	// IdleTimeout or MessageTimeout, or on a connection without
+	// SetReadDeadline (with which a call's context interrupts its read).
+	ReadOnDemand bool
 	// ReceiveFDs reads a Unix socket with recvmsg and keeps the file
 	// descriptors that come with a response's line for its caller
 	// (CallFDs); descriptors that come with anything else are closed.
@@ -112,8 +135,15 @@ const batchParallel = 8
 // Conn is one JSON-RPC 2.0 connection, symmetric: it serves the peer's
 // requests and lets this side send requests and notifications to the peer.
 //
-// Concurrency: Call, Notify and Close may be called from any goroutine.
-// Run owns the read loop; it must be called exactly once.
+// Concurrency: Call, Notify, StartReading and Close may be called from
+// any goroutine. Run must be called exactly once. One goroutine at a
+// time reads: the holder of the reading token (rtok), which is Run's
+// once the connection reads in the background, and until then (with
+// Options.ReadOnDemand) a waiting call's, in turn. Run's reading moves
+// to another goroutine when a request it serves inline outlasts its
+// budget or calls the peer (reader, handOff). Writers share bw under
+// wmu and write on their own goroutine: no writer goroutine stands
+// between a reply and the socket.
 type Conn struct {
 	rwc  io.ReadWriteCloser
 	opts Options
@@ -143,9 +173,24 @@ type Conn struct {
 	gone sync.Once
 
 	handlers sync.WaitGroup
-	// inFlight counts the peer's requests (batches count once) dispatched
-	// and not yet answered; the idle timeout spares a connection with any.
+	// inFlight counts the peer's requests (batches count once) read and
+	// not yet answered (a lone request: whose handler has not returned);
+	// the idle timeout spares a connection with any.
 	inFlight atomic.Int32
+
+	// rd is Run's reader, set before the loop starts; serving says
+	// whether its goroutine is serving a request inline (notInline,
+	// inline, handedOver). Calls read it to hand the reading off.
+	rd      *reader
+	serving atomic.Int32
+	// rtok is the reading token: whoever holds it may run rd.step. Run
+	// holds it for good once the connection reads in the background;
+	// before that (Options.ReadOnDemand) calls take it in turn. bg is
+	// closed by StartReading; onDemand is set while calls read.
+	rtok     chan struct{}
+	bg       chan struct{}
+	bgOnce   sync.Once
+	onDemand atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -168,8 +213,11 @@ func NewConn(rwc io.ReadWriteCloser, opts Options) *Conn {
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = time.Minute
 	}
+	if opts.InlineBudget == 0 {
+		opts.InlineBudget = DefaultInlineBudget
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Conn{
+	c := &Conn{
 		rwc:     rwc,
 		opts:    opts,
 		ctx:     ctx,
@@ -177,7 +225,35 @@ func NewConn(rwc io.ReadWriteCloser, opts Options) *Conn {
 		bw:      bufio.NewWriterSize(rwc, 32<<10),
 		pending: make(map[string]chan *Message),
 		done:    make(chan struct{}),
+		rtok:    make(chan struct{}, 1),
+		bg:      make(chan struct{}),
 	}
+	c.rd = c.newReader()
+	_, canInterrupt := rwc.(readDeadliner)
+	if opts.ReadOnDemand && canInterrupt && opts.Gate == nil && opts.IdleTimeout <= 0 && opts.MessageTimeout <= 0 {
+		c.onDemand.Store(true)
+		c.rd.lr.KeepPartial = true
+	} else {
+		close(c.bg)
+	}
+	return c
+}
+
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
+// StartReading makes a connection made with Options.ReadOnDemand read in
+// the background from now on, as one without it does: for a side that
+// is about to be sent something unasked (events it subscribes to,
+// requests for what it serves), or wants Done closed when the peer
+// hangs up. It is safe to call more than once, from any goroutine.
+func (c *Conn) StartReading() {
+	c.bgOnce.Do(func() {
+		select {
+		case <-c.bg: // never on demand
+		default:
+			close(c.bg)
+		}
+	})
 }
 
 // Context is cancelled when the connection closes.
@@ -190,6 +266,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // once the requests already read have been answered: a handler may call
 // it to end its own connection after its reply.
 func (c *Conn) CloseWhenIdle() {
+	c.StartReading() // someone must read on to the EOF
 	if cr, ok := c.rwc.(interface{ CloseRead() error }); ok && cr.CloseRead() == nil {
 		return // Run sees EOF, answers what it has, then closes
 	}
@@ -218,58 +295,12 @@ func (c *Conn) Close() error {
 // requests already read are still answered before the connection closes;
 // Run returns once every handler has returned.
 func (c *Conn) Run() error {
-	// Requests are served by a pool of worker goroutines that outlive
-	// one request, so a busy connection does not pay for a new goroutine
-	// (and the growth of its stack) per request. Run is the only sender on
-	// work; closing it lets idle workers exit.
-	work := make(chan func())
-	workers := 0
-	// eof is set when the peer stopped sending: the requests already read
-	// are answered before the connection closes. Any other end (a broken
-	// connection, a timeout, Close) cancels their contexts first.
-	eof := false
-	defer func() {
-		if !eof {
-			c.Close()
-		}
-		close(work)
-		c.handlers.Wait()
-		c.Close()
-	}()
-	dispatch := func(f func()) bool {
-		select {
-		case work <- f: // an idle worker took it
-			return true
-		default:
-		}
-		if workers < c.opts.MaxInFlight {
-			workers++
-			c.handlers.Add(1)
-			go c.worker(work, f)
-			return true
-		}
-		select { // every worker is busy: stop reading until one is free
-		case work <- f:
-			return true
-		case <-c.ctx.Done():
-			return false
-		}
+	r := c.rd
+	if r.fr != nil {
+		// After the loop has ended, whichever goroutine ran it last.
+		defer r.fr.fds.CloseAll()
 	}
-	lr, fr, gated := c.lineReader()
-	if fr != nil {
-		defer fr.fds.CloseAll()
-	}
-	// lineNo numbers the lines ReadLine consumes, blank and skipped ones
-	// included, to claim each line's descriptors.
-	var lineNo int64
-	lineFDs := func() []int {
-		lineNo++
-		if fr == nil {
-			return nil
-		}
-		return fr.fds.Take(lineNo - 1)
-	}
-	if gated && c.opts.Gate.Timeout > 0 {
+	if r.gated && c.opts.Gate.Timeout > 0 {
 		t := time.AfterFunc(c.opts.Gate.Timeout, func() {
 			if !c.gatePassed.Load() {
 				c.Close()
@@ -277,93 +308,337 @@ func (c *Conn) Run() error {
 		})
 		defer t.Stop()
 	}
+	end, over := c.awaitReading()
+	handedOff := false
+	if !over {
+		end, handedOff = r.loop()
+	}
+	if handedOff {
+		end = <-r.ended
+	}
+	// On EOF the requests already read are answered before the
+	// connection closes. Any other end (a broken connection, a timeout,
+	// Close) cancels their contexts first.
+	if !end.eof {
+		c.Close()
+	}
+	close(r.work)
+	c.handlers.Wait()
+	c.Close()
+	return end.err
+}
+
+// awaitReading takes the reading token for Run: at once, or (on demand)
+// once StartReading is called. over is set when the reading ended
+// meanwhile, in a call that read for itself (end says how), or because
+// the connection was closed.
+func (c *Conn) awaitReading() (end loopEnd, over bool) {
+	r := c.rd
+	select {
+	case <-c.bg:
+	case end = <-r.ended:
+		return end, true
+	case <-c.done:
+		// A call may be reading: its read fails now, and it ends the
+		// reading (and keeps the token).
+		select {
+		case c.rtok <- struct{}{}:
+			return loopEnd{}, true
+		case end = <-r.ended:
+			return end, true
+		}
+	}
+	select {
+	case c.rtok <- struct{}{}:
+	case end = <-r.ended:
+		return end, true
+	}
+	c.onDemand.Store(false)
+	return loopEnd{}, false
+}
+
+// reader is the state of a connection's read loop. One goroutine at a
+// time runs the loop: Run's, until a request it serves inline outlasts
+// Options.InlineBudget or calls the peer, when the reading is handed to
+// a new goroutine (handOff) and the one left behind finishes the request.
+// The hand-off (an atomic swap of Conn.serving, then the go statement)
+// orders everything the old goroutine did to the reader before what the
+// new one does.
+type reader struct {
+	c     *Conn
+	lr    *LineReader
+	fr    *fdReader
+	gated bool
+	// lineNo numbers the lines ReadLine consumes, blank and skipped
+	// ones included, to claim each line's descriptors.
+	lineNo int64
+	// work hands requests to a pool of worker goroutines that outlive
+	// one request, so a busy connection does not pay for a new
+	// goroutine (and the growth of its stack) per request. The reader is
+	// the only sender; Run closes it, which lets idle workers exit.
+	work chan func()
+	// workers counts worker goroutines, and a request left behind by a
+	// hand-off until it is done: at most MaxInFlight, but for left-behind
+	// requests that found the pool full. Only the reader adds to it.
+	workers atomic.Int32
+	// timer hands the reading off when a request served inline
+	// outlasts the budget. The reader arms it and stops it; a stop or an
+	// arming that comes late (after a hand-off) can only hand a later
+	// request off early, which is never wrong.
+	timer *time.Timer
+	// ended receives the loop's end when a goroutine other than Run's
+	// ran the loop last.
+	ended chan loopEnd
+}
+
+// loopEnd is how a read loop ended: eof when the peer stopped sending
+// (answer what was read, then close); err is what Run returns.
+type loopEnd struct {
+	eof bool
+	err error
+}
+
+// Values of Conn.serving.
+const (
+	notInline  = 0 // the reader is reading, or dispatching
+	inline     = 1 // the reader is serving a request itself
+	handedOver = 2 // a new goroutine has taken over the reading
+)
+
+// DefaultInlineBudget is how long a lone request is served on the
+// reading goroutine before the reading moves to another goroutine.
+const DefaultInlineBudget = time.Millisecond
+
+func (c *Conn) newReader() *reader {
+	lr, fr, gated := c.lineReader()
+	r := &reader{c: c, lr: lr, fr: fr, gated: gated, work: make(chan func()), ended: make(chan loopEnd, 1)}
+	r.timer = time.AfterFunc(time.Hour, c.handOff)
+	r.timer.Stop()
+	return r
+}
+
+// lineFDs claims the descriptors of the line just read.
+func (r *reader) lineFDs() []int {
+	r.lineNo++
+	if r.fr == nil {
+		return nil
+	}
+	return r.fr.fds.Take(r.lineNo - 1)
+}
+
+// dispatch hands f to a worker; false if the connection closed while
+// every worker was busy.
+func (r *reader) dispatch(f func()) bool {
+	c := r.c
+	select {
+	case r.work <- f: // an idle worker took it
+		return true
+	default:
+	}
+	if int(r.workers.Load()) < c.opts.MaxInFlight {
+		r.workers.Add(1)
+		c.handlers.Add(1)
+		go c.worker(r.work, f)
+		return true
+	}
+	select { // every worker is busy: stop reading until one is free
+	case r.work <- f:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// carryOn runs the read loop on a new goroutine after a hand-off.
+func (r *reader) carryOn() {
+	// The request left behind holds a worker's slot until it is done.
+	r.workers.Add(1)
+	// The timer was armed for the request left behind.
+	r.timer.Stop()
+	if end, handedOff := r.loop(); !handedOff {
+		r.ended <- end
+	}
+}
+
+// loop reads and serves lines until the connection ends (handedOff
+// false) or until this goroutine has served a request inline and found
+// the reading handed to another (handedOff true).
+func (r *reader) loop() (end loopEnd, handedOff bool) {
 	for {
-		line, err := lr.ReadLine()
-		if err == ErrLineCut {
-			// Only the gate cuts lines: answer now, not when the
-			// newline or the gate's timeout comes, and hang up.
-			c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
-				Code:    api.CodeInvalidRequest,
-				Message: fmt.Sprintf("line exceeds the limit of %d bytes; closing", lr.Max()),
-				Data:    map[string]any{"limit": lr.Max()},
-			})
+		switch st, end := r.step(true); st {
+		case loopOver:
+			return end, false
+		case handedAway:
+			return loopEnd{}, true
+		case interrupted: // not expected here; never spin on a stale deadline
+			r.c.rwc.(readDeadliner).SetReadDeadline(time.Time{})
+		}
+	}
+}
+
+// Results of step.
+const (
+	readOn      = iota // the line is served: read the next
+	loopOver           // the reading has ended, as loopEnd says
+	handedAway         // served a request inline; another goroutine reads now
+	interrupted        // a call reading for itself was interrupted by its context
+)
+
+// step reads one line and serves it. mayInline lets it serve the peer's
+// lone request on this goroutine (see serveInline).
+func (r *reader) step(mayInline bool) (int, loopEnd) {
+	c, lr := r.c, r.lr
+	line, err := lr.ReadLine()
+	if err == ErrLineCut {
+		// Only the gate cuts lines: answer now, not when the
+		// newline or the gate's timeout comes, and hang up.
+		c.protocolError(RecoverID(lr.SkippedPrefix), &api.Error{
+			Code:    api.CodeInvalidRequest,
+			Message: fmt.Sprintf("line exceeds the limit of %d bytes; closing", lr.Max()),
+			Data:    map[string]any{"limit": lr.Max()},
+		})
+		c.hangUp()
+		return loopOver, loopEnd{eof: true}
+	}
+	if err == ErrNoLineBudget || err == ErrLineTooLong {
+		closeFDs(r.lineFDs())
+		c.refuseLine(lr, err)
+		if r.gated && !c.gatePassed.Load() {
+			c.hangUp() // the gate's message was not what it must be
+			return loopOver, loopEnd{eof: true}
+		}
+		return readOn, loopEnd{}
+	}
+	if err != nil {
+		if lr.KeepPartial && errors.Is(err, os.ErrDeadlineExceeded) {
+			return interrupted, loopEnd{} // a caller's context ended its read
+		}
+		again, eof, err := c.readFailed(lr, err)
+		if again {
+			return readOn, loopEnd{}
+		}
+		return loopOver, loopEnd{eof: eof, err: err}
+	}
+	fds := r.lineFDs()
+	if len(firstNonSpace(line)) == 0 {
+		closeFDs(fds)
+		return readOn, loopEnd{} // blank lines are keep-alives
+	}
+	if r.gated && !c.gatePassed.Load() {
+		closeFDs(fds)
+		if !c.passGate(line) {
 			c.hangUp()
-			eof = true
-			return nil
+			return loopOver, loopEnd{eof: true}
 		}
-		if err == ErrNoLineBudget || err == ErrLineTooLong {
-			closeFDs(lineFDs())
-			c.refuseLine(lr, err)
-			if gated && !c.gatePassed.Load() {
-				c.hangUp() // the gate's message was not what it must be
-				eof = true
-				return nil
-			}
-			continue
-		}
-		if err != nil {
-			var again bool
-			if again, eof, err = c.readFailed(lr, err); again {
-				continue
-			}
-			return err
-		}
-		fds := lineFDs()
-		if len(firstNonSpace(line)) == 0 {
+		lr.SetMax(c.opts.MaxLine)
+		lr.Cut = false
+		return readOn, loopEnd{}
+	}
+	d := Decode(line)
+	if len(fds) > 0 {
+		if !d.Batch && len(d.Messages) == 1 && d.Messages[0].IsResponse() {
+			d.Messages[0].FDs = fds
+		} else {
 			closeFDs(fds)
-			continue // blank lines are keep-alives
 		}
-		if gated && !c.gatePassed.Load() {
-			closeFDs(fds)
-			if !c.passGate(line) {
-				c.hangUp()
-				eof = true
-				return nil
-			}
-			lr.SetMax(c.opts.MaxLine)
-			lr.Cut = false
-			continue
+	}
+	c.noteLastWords(d)
+	if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
+		c.protocolError(nil, &api.Error{
+			Code:    api.CodeInvalidRequest,
+			Message: fmt.Sprintf("batch of %d messages exceeds the limit of %d", n, c.opts.MaxBatch),
+			Data:    map[string]any{"limit": c.opts.MaxBatch, "size": n},
+		})
+		return readOn, loopEnd{}
+	}
+	if d.Batch {
+		c.inFlight.Add(1)
+		if !r.dispatch(func() { c.serveBatch(d); c.inFlight.Add(-1) }) {
+			return loopOver, loopEnd{}
 		}
-		d := Decode(line)
-		if len(fds) > 0 {
-			if !d.Batch && len(d.Messages) == 1 && d.Messages[0].IsResponse() {
-				d.Messages[0].FDs = fds
-			} else {
-				closeFDs(fds)
-			}
-		}
-		c.noteLastWords(d)
-		if n := len(d.Messages) + len(d.Errors); d.Batch && n > c.opts.MaxBatch {
-			c.protocolError(nil, &api.Error{
-				Code:    api.CodeInvalidRequest,
-				Message: fmt.Sprintf("batch of %d messages exceeds the limit of %d", n, c.opts.MaxBatch),
-				Data:    map[string]any{"limit": c.opts.MaxBatch, "size": n},
-			})
-			continue
-		}
-		if d.Batch {
-			c.inFlight.Add(1)
-			if !dispatch(func() { c.serveBatch(d); c.inFlight.Add(-1) }) {
-				return nil
-			}
-			continue
-		}
-		for _, e := range d.Errors {
-			c.protocolError(e.ID, e.Err)
-		}
-		for _, m := range d.Messages {
-			switch {
-			case m.IsResponse():
-				c.deliver(m)
-			case m.IsNotification():
-				c.handle(m, false) // a notification: handle closes any descriptors
-			default:
-				c.inFlight.Add(1)
-				if !dispatch(func() { c.serveOne(m); c.inFlight.Add(-1) }) {
-					return nil
+		return readOn, loopEnd{}
+	}
+	for _, e := range d.Errors {
+		c.protocolError(e.ID, e.Err)
+	}
+	for _, m := range d.Messages {
+		switch {
+		case m.IsResponse():
+			c.deliver(m)
+		case m.IsNotification():
+			c.handle(m, false) // a notification: handle closes any descriptors
+		default:
+			lone := c.inFlight.Add(1) == 1 && lr.Buffered() == 0
+			if lone && mayInline && c.opts.InlineBudget > 0 {
+				switch r.serveInline(m) {
+				case servedInline:
+					continue
+				case leftBehind:
+					return handedAway, loopEnd{}
 				}
 			}
+			if !r.dispatch(func() { c.serveOne(m) }) {
+				return loopOver, loopEnd{}
+			}
 		}
+	}
+	return readOn, loopEnd{}
+}
+
+// Results of serveInline.
+const (
+	notServed    = iota // this side has a call of its own waiting: dispatch
+	servedInline        // served; this goroutine reads on
+	leftBehind          // served, after the reading was handed off
+)
+
+// serveInline serves m, the only request of the peer's in flight and with
+// nothing more read, on the reading goroutine: no hand-off to a worker
+// and back. If the request outlasts the budget, or calls the peer
+// (whose answer must be read), the reading is handed to a new goroutine
+// (handOff) and this one leaves once the request is done (Run's
+// goroutine waits for the reading to end).
+func (r *reader) serveInline(m *Message) int {
+	c := r.c
+	// Counted before the reading can move on: the reading may end, and
+	// Run wait for the handlers, before this request is done.
+	c.handlers.Add(1)
+	c.serving.Store(inline)
+	// A call of this side's that is already waiting for its answer
+	// would wait for the request too: serve it beside the reading. (A
+	// call made from now on hands the reading off: Call reads serving
+	// after it has entered its call in pending.)
+	c.pmu.Lock()
+	calls := len(c.pending)
+	c.pmu.Unlock()
+	if calls > 0 && c.serving.CompareAndSwap(inline, notInline) {
+		c.handlers.Done()
+		return notServed
+	}
+	// (If that swap failed, a call has handed the reading off already:
+	// this goroutine serves the request, left behind.)
+	r.timer.Reset(c.opts.InlineBudget)
+	c.serveOne(m)
+	if c.serving.CompareAndSwap(inline, notInline) {
+		r.timer.Stop() // a stop that comes too late hands off the next request early, no worse
+		c.handlers.Done()
+		return servedInline
+	}
+	// Another goroutine reads now, and owns the reader; this one gives
+	// back the slot the new reader counted for it, and leaves (Run's
+	// goroutine waits for the reading's end). It does not join the
+	// workers: a connection whose lone requests are slow would grow a
+	// pool it never needs.
+	r.workers.Add(-1)
+	c.handlers.Done()
+	return leftBehind
+}
+
+// handOff moves the reading to a new goroutine if a request is being
+// served on the reading one. It is safe to call from any goroutine.
+func (c *Conn) handOff() {
+	if c.serving.CompareAndSwap(inline, handedOver) {
+		go c.rd.carryOn()
 	}
 }
 
@@ -503,7 +778,8 @@ func (c *Conn) hangUp() {
 	}
 }
 
-// worker runs f, then whatever Run hands it, until work is closed.
+// worker runs f, then whatever the reader hands it, until work is
+// closed.
 func (c *Conn) worker(work <-chan func(), f func()) {
 	defer c.handlers.Done()
 	for {
@@ -533,9 +809,13 @@ func (c *Conn) protocolError(id json.RawMessage, e *api.Error) {
 	c.writeLine(AppendError(nil, id, e))
 }
 
-// serveOne handles a request or notification and writes the reply.
+// serveOne handles one of the peer's requests, counted in inFlight, and
+// writes the reply. The request stops counting when its handler returns,
+// before the reply is written, so that a request the peer sends as soon
+// as it has the reply finds none in flight (and is served inline).
 func (c *Conn) serveOne(m *Message) {
 	reply, fds, _ := c.handle(m, false)
+	c.inFlight.Add(-1)
 	if reply != nil {
 		c.writeLineFDs(reply, fds)
 	} else {
@@ -832,21 +1112,27 @@ func (c *Conn) CallFDs(ctx context.Context, method string, params, result any) (
 	}
 	c.pending[key] = ch
 	c.pmu.Unlock()
+	// The answer must be read while the reading goroutine may be
+	// serving a request (perhaps the one making this call).
+	c.handOff()
 	if err := c.writeLine(AppendRequest(nil, id, method, pb)); err != nil {
 		c.forget(key, ch)
-		// The peer may have hung up with a reason still to be read.
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		// The peer may have hung up with a reason still to be read
+		// (read here if no one else reads).
+		if _, _, err := c.await(ctx, nil); err != nil {
+			return nil, err
 		}
 		return nil, c.closeError()
 	}
-	select {
-	case m, ok := <-ch:
-		if !ok {
-			return nil, c.closeError()
-		}
+	m, ok, err := c.await(ctx, ch)
+	switch {
+	case err != nil:
+		c.forget(key, ch)
+		return nil, err
+	case !ok:
+		return nil, c.closeError()
+	}
+	{
 		if m.Error != nil {
 			closeFDs(m.FDs)
 			return nil, m.Error
@@ -863,9 +1149,103 @@ func (c *Conn) CallFDs(ctx context.Context, method string, params, result any) (
 			return nil, fmt.Errorf("jsonrpc: decoding %s result: %w", method, err)
 		}
 		return m.FDs, nil
+	}
+}
+
+// await waits for the answer in ch (ok false: the connection closed
+// first) or the end of ctx. While the connection reads on demand, it
+// takes the reading token when no other call holds it and reads for
+// itself (readFor). A nil ch waits for the connection to close.
+func (c *Conn) await(ctx context.Context, ch chan *Message) (m *Message, ok bool, err error) {
+	for c.onDemand.Load() && ctx.Err() == nil {
+		select {
+		case m, ok = <-ch:
+			return m, ok, nil
+		case <-ctx.Done():
+		case <-c.done:
+			return c.answerAfterClose(ch)
+		case c.rtok <- struct{}{}:
+			c.readFor(ctx, ch)
+		}
+	}
+	select {
+	case m, ok = <-ch:
+		return m, ok, nil
 	case <-ctx.Done():
-		c.forget(key, ch)
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
+	case <-c.done:
+		return c.answerAfterClose(ch)
+	}
+}
+
+// answerAfterClose is an answer that made it into ch before the
+// connection closed, if any.
+func (c *Conn) answerAfterClose(ch chan *Message) (*Message, bool, error) {
+	select {
+	case m, ok := <-ch:
+		return m, ok, nil
+	default:
+		return nil, false, nil
+	}
+}
+
+// readFor reads and serves lines on the calling goroutine, holding the
+// reading token, until ch has its answer, ctx ends (which interrupts a
+// read in progress with a past read deadline; the line reader keeps what
+// it had), or the connection is to read in the background. It gives the
+// token back, the read deadline cleared, except when the reading has
+// ended: then it keeps it, so nobody reads again, and hands the end to
+// Run.
+func (c *Conn) readFor(ctx context.Context, ch chan *Message) {
+	r := c.rd
+	stop := noInterrupt
+	if ctx.Done() != nil { // a context that can end
+		stop = c.interruptOnDone(ctx)
+	}
+	ended := false
+	for !ended && len(ch) == 0 && ctx.Err() == nil && c.onDemandStill() {
+		// An interrupted step comes back to the loop's test: ctx has
+		// ended (only its AfterFunc sets a read deadline).
+		if st, end := r.step(false); st == loopOver {
+			r.ended <- end
+			ended = true
+		}
+	}
+	stop()
+	if !ended {
+		<-c.rtok
+	}
+}
+
+func noInterrupt() {}
+
+// interruptOnDone makes the end of ctx interrupt this connection's read
+// in progress (a read deadline in the past). The function it returns
+// undoes it: once it has returned, no interruption is pending and the
+// read deadline is cleared.
+func (c *Conn) interruptOnDone(ctx context.Context) (stop func()) {
+	dl := c.rwc.(readDeadliner)
+	var interrupting sync.WaitGroup
+	interrupting.Add(1)
+	stopAfter := context.AfterFunc(ctx, func() {
+		defer interrupting.Done()
+		dl.SetReadDeadline(time.Unix(1, 0))
+	})
+	return func() {
+		if !stopAfter() {
+			interrupting.Wait()
+			dl.SetReadDeadline(time.Time{})
+		}
+	}
+}
+
+// onDemandStill reports whether calls are still to read for themselves.
+func (c *Conn) onDemandStill() bool {
+	select {
+	case <-c.bg:
+		return false
+	default:
+		return true
 	}
 }
 

@@ -116,9 +116,11 @@ func TestCallDeadline(t *testing.T) {
 }
 
 // A call waiting for its reply fails with ErrClosed when the peer closes.
-func TestCallPeerCloses(t *testing.T) {
+func TestCallPeerCloses(t *testing.T) { forReadModes(t, testCallPeerCloses) }
+
+func testCallPeerCloses(t *testing.T, opts Options) {
 	a, b := pair(t)
-	ca := NewConn(a, Options{})
+	ca := NewConn(a, opts)
 	go ca.Run()
 	rd := bufio.NewReader(b)
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -305,6 +307,10 @@ func (c *wroteConn) Write(p []byte) (int, error) {
 // refusal was read, after the connection closed, or into the closed
 // socket before the read loop got to the refusal.
 func TestCallFailsWithThePeersLastWords(t *testing.T) {
+	forReadModes(t, testCallFailsWithThePeersLastWords)
+}
+
+func testCallFailsWithThePeersLastWords(t *testing.T, opts Options) {
 	testkit.CheckGoroutines(t)
 	const refusal = `{"jsonrpc":"2.0","id":null,"error":{"code":-32018,"message":"connection refused: full","data":{"scope":"connections","limit":3}}}` + "\n"
 	check := func(t *testing.T, err error) {
@@ -325,7 +331,7 @@ func TestCallFailsWithThePeersLastWords(t *testing.T) {
 	defer cancel()
 	t.Run("pending", func(t *testing.T) {
 		a, b := pair(t)
-		c := NewConn(a, Options{})
+		c := NewConn(a, opts)
 		go c.Run()
 		defer c.Close()
 		errc := make(chan error, 1)
@@ -336,16 +342,18 @@ func TestCallFailsWithThePeersLastWords(t *testing.T) {
 	})
 	t.Run("after the close", func(t *testing.T) {
 		a, b := pair(t)
-		c := NewConn(a, Options{})
+		c := NewConn(a, opts)
 		refuse(b)
 		go c.Run()
-		<-c.Done()
+		if !opts.ReadOnDemand { // else the call reads the refusal itself
+			<-c.Done()
+		}
 		check(t, c.Call(ctx, "health.check", nil, nil))
 	})
 	t.Run("written into the closed socket", func(t *testing.T) {
 		a, b := pair(t)
 		wc := &wroteConn{UnixConn: a, wrote: make(chan error, 4)}
-		c := NewConn(wc, Options{})
+		c := NewConn(wc, opts)
 		defer c.Close()
 		refuse(b)
 		errc := make(chan error, 1)
@@ -358,7 +366,7 @@ func TestCallFailsWithThePeersLastWords(t *testing.T) {
 	})
 	t.Run("earlier null-id errors are forgotten", func(t *testing.T) {
 		a, b := pair(t)
-		c := NewConn(a, Options{})
+		c := NewConn(a, opts)
 		go c.Run()
 		errc := make(chan error, 1)
 		go func() { errc <- c.Call(ctx, "health.check", nil, nil) }()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 
 	"github.com/pcp-dev/pcp/internal/deadline"
 )
@@ -52,6 +53,15 @@ type LineReader struct {
 	// ErrLineCut, for a connection that is hung up on an oversized line
 	// anyway and need not wait for its newline.
 	Cut bool
+	// KeepPartial makes a read that fails with os.ErrDeadlineExceeded
+	// (a reader interrupted on purpose) keep what it had of the line:
+	// the next ReadLine goes on with it, so the stream stays in sync.
+	KeepPartial bool
+	// skipping is set when an interrupted read was skipping an
+	// oversized line: skipTotal bytes of it so far, skipReason to report.
+	skipping   bool
+	skipTotal  int64
+	skipReason error
 	// Skipped is the size of the last oversized line, for error data.
 	Skipped int64
 	// SkippedPrefix holds the first bytes of the last oversized line, so
@@ -158,10 +168,18 @@ func (l *LineReader) reserve(n int) bool {
 // cannot hold yields ErrNoLineBudget, likewise.
 func (l *LineReader) ReadLine() ([]byte, error) {
 	l.release()
+	if l.skipping {
+		l.skipping = false
+		return l.skipRest(l.skipTotal, bufio.ErrBufferFull, l.skipReason)
+	}
 	if l.Deadlines != nil {
 		l.Deadlines.Begin(l.r.Buffered() > 0)
 	}
 	line, err := l.r.ReadSlice('\n')
+	if l.interrupted(err) {
+		l.keepPartial(line)
+		return nil, err
+	}
 	if err == nil {
 		line = line[:len(line)-1]
 		if len(line) > l.max {
@@ -226,6 +244,10 @@ func (l *LineReader) ReadLine() ([]byte, error) {
 			return l.skipRest(total, err, ErrNoLineBudget)
 		}
 		l.buf = append(l.buf, line[:n]...)
+		if l.interrupted(err) {
+			l.keepPartial(l.buf)
+			return nil, err
+		}
 		switch err {
 		case nil:
 			return l.buf, nil
@@ -258,6 +280,10 @@ func (l *LineReader) skipRest(total int64, err, reason error) ([]byte, error) {
 		total += int64(len(line))
 		l.addPrefix(bytes.TrimSuffix(line, []byte{'\n'}))
 	}
+	if l.interrupted(err) {
+		l.skipping, l.skipTotal, l.skipReason = true, total, reason
+		return nil, err
+	}
 	l.Skipped = total
 	if err == nil {
 		l.Skipped--
@@ -267,6 +293,24 @@ func (l *LineReader) skipRest(total int64, err, reason error) ([]byte, error) {
 		return nil, reason
 	}
 	return nil, err
+}
+
+// interrupted reports a read that KeepPartial resumes.
+func (l *LineReader) interrupted(err error) bool {
+	return l.KeepPartial && err != nil && errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// keepPartial makes the next read begin with a copy of partial, what an
+// interrupted read had of its line (the buffered reader has already
+// consumed it). The long-line buffer is given back: the line is gathered
+// again from the start.
+func (l *LineReader) keepPartial(partial []byte) {
+	if len(partial) == 0 {
+		return
+	}
+	pending := append([]byte(nil), partial...)
+	l.release()
+	l.r.Reset(&prefixed{pending: pending, r: l.src})
 }
 
 // Buffered reports whether more input is already buffered.
