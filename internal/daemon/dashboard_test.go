@@ -2,10 +2,11 @@ package daemon
 
 import (
 	"context"
-	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,7 +24,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	_ "modernc.org/sqlite"
 
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
@@ -475,24 +477,46 @@ func TestDashboardInBrowser(t *testing.T) {
 	// Audit: intact, then tampered behind the daemon's back.
 	do(t, b, "audit page", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(css(`#chain.ok`)))
 	shoot(t, b, "audit")
-	sdb, err := sql.Open("sqlite", "file:"+filepath.Join(s.cfg.StateDir, "pcp.db")+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sdb.Close()
-	if _, err := sdb.Exec(`UPDATE audit SET outcome = 'PERMISSION_DENIED' WHERE seq = 3`); err != nil {
-		t.Fatal(err)
-	}
+	rewriteAuditOutcome(t, filepath.Join(s.cfg.StateDir, "audit", "00000000000000000000.log"), 3, "PERMISSION_DENIED")
 	do(t, b, "audit page, tampered", chromedp.Reload(), chromedp.WaitVisible(css(`#chain.broken`)))
 	chain := get(t, b, "chain status", chromedp.Text(css(`#chain`)))
 	entry := get(t, b, "broken entry", chromedp.Text(css(`#broken-entry`)))
 	if !strings.Contains(chain, "Chain broken at entry #3") {
 		t.Errorf("the audit page says %q, want the chain broken at entry #3", chain)
 	}
-	if !strings.Contains(entry, `"seq": 3`) || !strings.Contains(entry, "PERMISSION_DENIED") {
-		t.Errorf("the first broken entry shown is %q, want entry 3 as tampered", entry)
+	// The entry is shown as the index copied it when it was written: what
+	// the log held before someone rewrote it.
+	if !strings.Contains(entry, `"seq": 3`) || strings.Contains(entry, "PERMISSION_DENIED") {
+		t.Errorf("the first broken entry shown is %q, want entry 3 as it was written", entry)
 	}
 	shoot(t, b, "audit-broken")
+}
+
+// rewriteAuditOutcome rewrites entry seq's outcome in the audit log
+// segment at path as someone with write access to the file could: the
+// record stays well formed (its length and checksum recomputed, see
+// docs/audit.md), so only the hash chain can tell.
+func rewriteAuditOutcome(t *testing.T, path string, seq int, outcome string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 16 // the segment header
+	for i := 1; i < seq; i++ {
+		off += 8 + int(binary.BigEndian.Uint32(b[off:]))
+	}
+	n := int(binary.BigEndian.Uint32(b[off:]))
+	body := b[off+8 : off+8+n]
+	entry := regexp.MustCompile(`"outcome":"[^"]*"`).ReplaceAll(slices.Clone(body[72:]), []byte(`"outcome":"`+outcome+`"`))
+	nb := append(slices.Clone(body[:72]), entry...)
+	rec := binary.BigEndian.AppendUint32(nil, uint32(len(nb)))
+	rec = binary.BigEndian.AppendUint32(rec, crc32.Checksum(nb, crc32.MakeTable(crc32.Castagnoli)))
+	out := append(slices.Clone(b[:off]), append(rec, nb...)...)
+	out = append(out, b[off+8+n:]...)
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // loggedIn logs a cookie jar in through a fresh login URL, as a second
