@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"syscall"
+
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // File descriptors beside frames, on Unix sockets (docs/framed.md,
@@ -147,32 +149,12 @@ func (s *fdSource) Read(p []byte) (int, error) {
 	n, oobn = max(n, 0), max(oobn, 0) // a failed read may report -1
 	var fds []int
 	if oobn > 0 {
-		fds = ParseRights(s.oob[:oobn])
+		fds = unixsock.ParseRights(s.oob[:oobn])
 	}
 	// MSG_CTRUNC: the kernel closed what did not fit; those frames lack
 	// descriptors, which their readers see as missing.
 	s.fds.Chunk(n, fds)
 	return n, err
-}
-
-// ParseRights returns the descriptors of the SCM_RIGHTS messages in oob;
-// other control messages are ignored.
-func ParseRights(oob []byte) []int {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for i := range msgs {
-		if msgs[i].Header.Level != syscall.SOL_SOCKET || msgs[i].Header.Type != syscall.SCM_RIGHTS {
-			continue
-		}
-		got, err := syscall.ParseUnixRights(&msgs[i])
-		if err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	return fds
 }
 
 // FrameFDs assigns descriptors received on a byte stream to the frames

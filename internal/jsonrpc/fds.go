@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"syscall"
+
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // File descriptors beside lines, on Unix sockets (docs/jsonrpc.md,
@@ -167,30 +169,10 @@ func (r *fdReader) Read(p []byte) (int, error) {
 	n, oobn = max(n, 0), max(oobn, 0) // a failed read may report -1
 	var fds []int
 	if oobn > 0 {
-		fds = parseRights(r.oob[:oobn])
+		fds = unixsock.ParseRights(r.oob[:oobn])
 	}
 	// MSG_CTRUNC: the kernel closed what did not fit; those lines lack
 	// descriptors, which their readers see as missing.
 	r.fds.Chunk(p[:n], fds)
 	return n, err
-}
-
-// parseRights returns the descriptors of the SCM_RIGHTS messages in oob;
-// other control messages are ignored.
-func parseRights(oob []byte) []int {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
-	}
-	var fds []int
-	for i := range msgs {
-		if msgs[i].Header.Level != syscall.SOL_SOCKET || msgs[i].Header.Type != syscall.SCM_RIGHTS {
-			continue
-		}
-		got, err := syscall.ParseUnixRights(&msgs[i])
-		if err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	return fds
 }

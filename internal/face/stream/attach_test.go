@@ -28,6 +28,7 @@ import (
 	"github.com/pcp-dev/pcp/internal/frame"
 	"github.com/pcp-dev/pcp/internal/store"
 	"github.com/pcp-dev/pcp/internal/testkit"
+	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
 // blobService is an in-process service whose capabilities return
@@ -215,7 +216,7 @@ func TestAttachmentsWireShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fds := frame.ParseRights(oob[:oobn])
+	fds := unixsock.ParseRights(oob[:oobn])
 	defer func() {
 		for _, fd := range fds {
 			unix.Close(fd)
