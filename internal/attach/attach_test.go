@@ -3,45 +3,15 @@ package attach
 import (
 	"bytes"
 	"errors"
-	"net"
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/pcp-dev/pcp/api"
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
-
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
-func socketPair(t *testing.T) (a, b *net.UnixConn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	a, b = mk(fds[0]), mk(fds[1])
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
-}
 
 func TestSealedMemfd(t *testing.T) {
 	data := bytes.Repeat([]byte("pcp"), 1000)
@@ -70,8 +40,8 @@ func TestSealedMemfd(t *testing.T) {
 // TestPassLeavesNothingOpenOnError: a refusal past a bound, found after
 // some memfds were made or before any, leaves no descriptor open.
 func TestPassLeavesNothingOpenOnError(t *testing.T) {
-	a, _ := socketPair(t)
-	before := openFDs(t)
+	a, _ := testkit.SocketPair(t)
+	before := testkit.OpenFDs(t)
 	b := NewBudget(a, 0)
 	many := make([]api.Attachment, api.MaxAttachments+1)
 	if _, fds, err := Pass(b, many); err == nil || fds != nil {
@@ -83,7 +53,7 @@ func TestPassLeavesNothingOpenOnError(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != api.CodeRateLimited || fds != nil {
 		t.Fatalf("over the budget: %v, %v; want RATE_LIMITED", fds, err)
 	}
-	if after := openFDs(t); after != before {
+	if after := testkit.OpenFDs(t); after != before {
 		t.Fatalf("%d descriptors open after, %d before", after, before)
 	}
 	refs, fds, err := Pass(small, []api.Attachment{{Name: "a", MediaType: "x/y", Data: []byte("12345")}, {Name: "b", Data: nil}})
@@ -96,7 +66,7 @@ func TestPassLeavesNothingOpenOnError(t *testing.T) {
 // TestBudgetRestartsOnceRead: the budget counts what the peer has not
 // read and starts again once the socket's send queue is empty.
 func TestBudgetRestartsOnceRead(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := testkit.SocketPair(t)
 	bud := NewBudget(a, 100)
 	if err := bud.Reserve(80); err != nil {
 		t.Fatal(err)

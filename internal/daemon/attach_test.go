@@ -7,13 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,56 +20,9 @@ import (
 	"github.com/pcp-dev/pcp/api"
 	"github.com/pcp-dev/pcp/client"
 	"github.com/pcp-dev/pcp/internal/core"
+	"github.com/pcp-dev/pcp/internal/face/facetest"
 	"github.com/pcp-dev/pcp/internal/testkit"
 )
-
-// blobService is an in-process service whose capabilities return
-// attachments: "image" one of 3 MB, "huge" one over the inline limit,
-// "pair" two.
-type blobService struct{}
-
-var _ core.Service = blobService{}
-
-const blobApp = "pcp.test.blob"
-
-func (blobService) AppID() string { return blobApp }
-
-func (blobService) Manifest() *api.Manifest {
-	decl := func(name string) api.CapabilityDecl {
-		return api.CapabilityDecl{Name: name, Tier: 1, TrustLevel: api.TrustAuto, Description: "Returns attachments."}
-	}
-	return &api.Manifest{Version: "1.0", Publisher: "pcpd", Description: "Attachments for tests.",
-		Capabilities: []api.CapabilityDecl{decl("huge"), decl("image"), decl("pair")}}
-}
-
-// blob is n bytes that differ from one offset to the next.
-func blob(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7+i>>9) ^ seed
-	}
-	return b
-}
-
-var (
-	imageBytes = blob(3_000_000, 1)
-	hugeBytes  = blob(api.InlineAttachmentLimit+1, 2)
-	smallBytes = blob(1000, 3)
-)
-
-func (blobService) Invoke(_ context.Context, c *api.Capability, _ api.InvocationSource, _ json.RawMessage) (*api.CapabilityResult, error) {
-	res := &api.CapabilityResult{Status: api.StatusSuccess}
-	switch strings.TrimPrefix(c.ID, blobApp+".") {
-	case "image":
-		res.Attachments = []api.Attachment{{Name: "image", MediaType: "image/png", Data: imageBytes}}
-	case "huge":
-		res.Attachments = []api.Attachment{{Name: "raw", MediaType: "application/octet-stream", Data: hugeBytes}}
-	case "pair":
-		res.Attachments = []api.Attachment{{Name: "small", MediaType: "text/plain", Data: smallBytes}, {Name: "image", MediaType: "image/png", Data: imageBytes}}
-	}
-	res.Data = json.RawMessage(fmt.Sprintf(`{"attachments":%d}`, len(res.Attachments)))
-	return res, nil
-}
 
 func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
@@ -100,7 +51,7 @@ func runPeer(t *testing.T, socket, capability, mode string) peerReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "python3", filepath.Join("testdata", "attach_peer.py"), socket, blobApp+"."+capability, mode).Output()
+	out, err := exec.CommandContext(ctx, "python3", filepath.Join("testdata", "attach_peer.py"), socket, facetest.BlobApp+"."+capability, mode).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -115,35 +66,18 @@ func runPeer(t *testing.T, socket, capability, mode string) peerReport {
 	return r
 }
 
-// openFDs counts this process's descriptors, and of them the memfds.
-func openFDs(t *testing.T) (all, memfds int) {
+// waitFDs waits until the daemon serves no connection (each closes its
+// descriptor before it is untracked, after its peer hangs up) and then
+// checks that the process holds at most want descriptors and no memfd.
+func waitFDs(t *testing.T, s *Server, want int) {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !s.watchConns(ctx, func() bool { return len(s.conns) == 0 }) {
+		t.Fatal("the daemon's connections did not close after their peers hung up")
 	}
-	for _, e := range ents {
-		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(target, "/memfd:") {
-			memfds++
-		}
-	}
-	return len(ents), memfds
-}
-
-// waitFDs waits until the process holds at most want descriptors and no
-// memfd: the daemon's connections close on their own after the peer's.
-func waitFDs(t *testing.T, want int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		all, memfds := openFDs(t)
-		if all <= want && memfds == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("descriptors leaked: %d open (%d memfds), want at most %d and no memfd", all, memfds, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if all, memfds := testkit.FDs(t); all > want || memfds != 0 {
+		t.Fatalf("descriptors leaked: %d open (%d memfds), want at most %d and no memfd", all, memfds, want)
 	}
 }
 
@@ -155,10 +89,11 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
-	r := start(t, Config{Services: []core.Service{blobService{}}, TCPAddr: addr})
+	r := serve(t, Config{Services: []core.Service{facetest.BlobService{}}, TCPAddr: addr})
 	// Warm the daemon up (lazy files, the store), then take the baseline.
 	runPeer(t, r.cfg.Socket, "image", "auto")
-	base, _ := openFDs(t)
+	waitFDs(t, r.Server, 1<<20)
+	base, _ := testkit.FDs(t)
 
 	t.Run("fd", func(t *testing.T) {
 		for _, mode := range []string{"auto", api.AttachmentsFD} {
@@ -167,23 +102,23 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 				t.Fatalf("mode %s: %+v, want one attachment by fd", mode, got)
 			}
 			a := got.Attachments[0]
-			if a.FD == nil || *a.FD != 0 || !a.RegularFile || a.Size != int64(len(imageBytes)) || a.FileSize != a.Size || a.Read != a.Size {
-				t.Errorf("mode %s: attachment %+v, want fd 0 holding %d bytes", mode, a, len(imageBytes))
+			if a.FD == nil || *a.FD != 0 || !a.RegularFile || a.Size != int64(len(facetest.ImageBytes)) || a.FileSize != a.Size || a.Read != a.Size {
+				t.Errorf("mode %s: attachment %+v, want fd 0 holding %d bytes", mode, a, len(facetest.ImageBytes))
 			}
 			if diff := cmp.Diff([]string{"grow", "seal", "shrink", "write"}, a.Seals); diff != "" || a.Writable {
 				t.Errorf("mode %s: seals (-want +got):\n%s writable: %v", mode, diff, a.Writable)
 			}
-			if a.SHA256 != sum(imageBytes) || a.Name != "image" || a.MediaType != "image/png" {
-				t.Errorf("mode %s: got %s %s sha256 %s, want image image/png %s", mode, a.Name, a.MediaType, a.SHA256, sum(imageBytes))
+			if a.SHA256 != sum(facetest.ImageBytes) || a.Name != "image" || a.MediaType != "image/png" {
+				t.Errorf("mode %s: got %s %s sha256 %s, want image image/png %s", mode, a.Name, a.MediaType, a.SHA256, sum(facetest.ImageBytes))
 			}
 		}
 		got := runPeer(t, r.cfg.Socket, "pair", "auto")
 		if got.FDsReceived != 2 || len(got.Attachments) != 2 || *got.Attachments[0].FD != 0 || *got.Attachments[1].FD != 1 ||
-			got.Attachments[0].SHA256 != sum(smallBytes) || got.Attachments[1].SHA256 != sum(imageBytes) {
+			got.Attachments[0].SHA256 != sum(facetest.SmallBytes) || got.Attachments[1].SHA256 != sum(facetest.ImageBytes) {
 			t.Errorf("pair: %+v, want small as fd 0 and image as fd 1", got)
 		}
 		// Over the inline limit, by fd: fine.
-		if got := runPeer(t, r.cfg.Socket, "huge", "auto"); got.Error != nil || got.Attachments[0].SHA256 != sum(hugeBytes) {
+		if got := runPeer(t, r.cfg.Socket, "huge", "auto"); got.Error != nil || got.Attachments[0].SHA256 != sum(facetest.HugeBytes) {
 			t.Errorf("huge by fd: %+v", got)
 		}
 	})
@@ -193,16 +128,16 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 		if got.Error != nil || got.FDsReceived != 0 || len(got.Attachments) != 1 {
 			t.Fatalf("inline: %+v, want one attachment inline", got)
 		}
-		if a := got.Attachments[0]; !a.Inline || a.Size != int64(len(imageBytes)) || a.SHA256 != sum(imageBytes) {
-			t.Errorf("inline: %+v, want the image's %d bytes", a, len(imageBytes))
+		if a := got.Attachments[0]; !a.Inline || a.Size != int64(len(facetest.ImageBytes)) || a.SHA256 != sum(facetest.ImageBytes) {
+			t.Errorf("inline: %+v, want the image's %d bytes", a, len(facetest.ImageBytes))
 		}
 		got = runPeer(t, r.cfg.Socket, "huge", api.AttachmentsInline)
 		if got.Error == nil || got.Error.Code != api.CodeInvalidParams || got.FDsReceived != 0 {
 			t.Fatalf("huge inline: %+v, want INVALID_PARAMS", got)
 		}
 		data, _ := got.Error.Data.(map[string]any)
-		if data["field"] != "attachments" || data["limit"] != float64(api.InlineAttachmentLimit) || data["size"] != float64(len(hugeBytes)) {
-			t.Errorf("huge inline: error data %v, want field attachments, limit %d, size %d", data, api.InlineAttachmentLimit, len(hugeBytes))
+		if data["field"] != "attachments" || data["limit"] != float64(api.InlineAttachmentLimit) || data["size"] != float64(len(facetest.HugeBytes)) {
+			t.Errorf("huge inline: error data %v, want field attachments, limit %d, size %d", data, api.InlineAttachmentLimit, len(facetest.HugeBytes))
 		}
 		got = runPeer(t, r.cfg.Socket, "image", "carrier-pigeon")
 		if got.Error == nil || got.Error.Code != api.CodeInvalidParams {
@@ -216,7 +151,7 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 				runPeer(t, r.cfg.Socket, c.capability, "hangup")
 			}
 		}
-		waitFDs(t, base)
+		waitFDs(t, r.Server, base)
 	})
 
 	t.Run("go client", func(t *testing.T) {
@@ -240,11 +175,11 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 			cl   *client.Client
 			mode string
 		}{{"unix", cl, ""}, {"unix inline", cl, api.AttachmentsInline}, {"tcp", tcp, ""}} {
-			res, err := c.cl.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: blobApp + ".pair", AppID: blobApp, Attachments: c.mode})
+			res, err := c.cl.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: facetest.BlobApp + ".pair", AppID: facetest.BlobApp, Attachments: c.mode})
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
-			want := []api.Attachment{{Name: "small", MediaType: "text/plain", Data: smallBytes}, {Name: "image", MediaType: "image/png", Data: imageBytes}}
+			want := []api.Attachment{{Name: "small", MediaType: "text/plain", Data: facetest.SmallBytes}, {Name: "image", MediaType: "image/png", Data: facetest.ImageBytes}}
 			if len(res.Attachments) != len(want) {
 				t.Fatalf("%s: %d attachments, want %d", c.name, len(res.Attachments), len(want))
 			}
@@ -256,11 +191,11 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 				}
 			}
 		}
-		_, err = tcp.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: blobApp + ".image", AppID: blobApp, Attachments: api.AttachmentsFD})
+		_, err = tcp.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: facetest.BlobApp + ".image", AppID: facetest.BlobApp, Attachments: api.AttachmentsFD})
 		if !errors.Is(err, api.ErrInvalidParams) {
 			t.Errorf("fd over tcp: %v, want INVALID_PARAMS", err)
 		}
-		_, err = tcp.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: blobApp + ".huge", AppID: blobApp})
+		_, err = tcp.InvokeCapability(ctx, &api.InvokeCapabilityParams{CapabilityID: facetest.BlobApp + ".huge", AppID: facetest.BlobApp})
 		if !errors.Is(err, api.ErrInvalidParams) {
 			t.Errorf("huge over tcp: %v, want INVALID_PARAMS (over the inline limit)", err)
 		}
@@ -268,7 +203,7 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 		tcp.Close()
 		<-cl.Done()
 		<-tcp.Done()
-		waitFDs(t, base)
+		waitFDs(t, r.Server, base)
 	})
 
 	t.Run("framed", func(t *testing.T) {
@@ -277,7 +212,7 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 		// and the Go framed client reads them.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, "python3", filepath.Join("..", "face", "stream", "testdata", "framed_attach_peer.py"), r.cfg.Socket, blobApp+".pair", "auto").Output()
+		out, err := exec.CommandContext(ctx, "python3", filepath.Join("..", "face", "stream", "testdata", "framed_attach_peer.py"), r.cfg.Socket, facetest.BlobApp+".pair", "auto").Output()
 		if err != nil {
 			t.Fatalf("framed_attach_peer.py: %v", err)
 		}
@@ -286,7 +221,7 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 			t.Fatalf("framed_attach_peer.py printed %q: %v", out, err)
 		}
 		if got.FDsReceived != 2 || len(got.Attachments) != 2 || got.Attachments[0].FD == nil || *got.Attachments[1].FD != 1 ||
-			got.Attachments[0].SHA256 != sum(smallBytes) || got.Attachments[1].SHA256 != sum(imageBytes) ||
+			got.Attachments[0].SHA256 != sum(facetest.SmallBytes) || got.Attachments[1].SHA256 != sum(facetest.ImageBytes) ||
 			!slices.Equal(got.Attachments[1].Seals, []string{"grow", "seal", "shrink", "write"}) {
 			t.Errorf("framed pair: %+v, want small as fd 0 and image as fd 1, sealed", got)
 		}
@@ -294,12 +229,12 @@ func TestAttachmentsPassedAsSealedMemfds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := fc.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: blobApp + ".image", Attachments: api.AttachmentsFD})
-		if err != nil || len(res.Attachments) != 1 || !bytes.Equal(res.Attachments[0].Data, imageBytes) {
+		res, err := fc.ExecuteRequest(ctx, &api.ExecuteRequest{Capability: facetest.BlobApp + ".image", Attachments: api.AttachmentsFD})
+		if err != nil || len(res.Attachments) != 1 || !bytes.Equal(res.Attachments[0].Data, facetest.ImageBytes) {
 			t.Errorf("framed Go client: %v", err)
 		}
 		fc.Close()
-		waitFDs(t, base)
+		waitFDs(t, r.Server, base)
 	})
-	waitFDs(t, base)
+	waitFDs(t, r.Server, base)
 }

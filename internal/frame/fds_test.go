@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pcp-dev/pcp/internal/testkit"
 )
 
 // fakeFDs hands out descriptor numbers and records which were closed.
@@ -210,34 +212,6 @@ func FuzzFDReader(f *testing.F) {
 	})
 }
 
-// openFDs counts this process's open descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
-func socketPair(t *testing.T) (a, b *net.UnixConn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.(*net.UnixConn)
-	}
-	return mk(fds[0]), mk(fds[1])
-}
-
 func memfd(t *testing.T, data string) int {
 	t.Helper()
 	fd, err := unix.MemfdCreate("test", unix.MFD_CLOEXEC)
@@ -265,8 +239,8 @@ func readFD(t *testing.T, fd int) string {
 // its own frame; the descriptors of a frame passed over and of frames
 // not yet read are closed, and none is left open.
 func TestWriteFDsOverASocket(t *testing.T) {
-	before := openFDs(t)
-	a, b := socketPair(t)
+	before := testkit.OpenFDs(t)
+	a, b := testkit.SocketPair(t)
 	frames := []struct {
 		f    Frame
 		fds  []string
@@ -319,7 +293,7 @@ func TestWriteFDsOverASocket(t *testing.T) {
 	r.Close()
 	a.Close()
 	b.Close()
-	if after := openFDs(t); after != before {
+	if after := testkit.OpenFDs(t); after != before {
 		t.Fatalf("%d descriptors open after, %d before", after, before)
 	}
 }
@@ -337,7 +311,7 @@ func equalStrings(a, b []string) bool {
 }
 
 func TestWriteFDsRefusesTooMany(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := testkit.SocketPair(t)
 	defer a.Close()
 	defer b.Close()
 	fds := make([]int, MaxFDsPerFrame+1)

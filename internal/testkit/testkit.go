@@ -6,8 +6,10 @@ package testkit
 import (
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -127,4 +129,26 @@ func SeqIDs() func(prefix string) string {
 		ids[prefix]++
 		return prefix + "-" + strconv.Itoa(ids[prefix])
 	}
+}
+
+// OpenFDs counts this process's open descriptors.
+func OpenFDs(t testing.TB) int {
+	t.Helper()
+	all, _ := FDs(t)
+	return all
+}
+
+// FDs counts this process's open descriptors and, of them, the memfds.
+func FDs(t testing.TB) (all, memfds int) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && strings.HasPrefix(target, "/memfd:") {
+			memfds++
+		}
+	}
+	return len(ents), memfds
 }

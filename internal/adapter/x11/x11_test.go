@@ -222,21 +222,10 @@ func TestTitleChanged(t *testing.T) {
 	}
 }
 
-// waitFile polls for path's contents until want holds or the deadline.
+// waitFile waits, on inotify, for path's contents to satisfy want.
 func waitFile(t testing.TB, path string, want func(string) bool) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil && want(string(b)) {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got %q (%v) after 20s", path, b, err)
-		}
-		// Fine-grained: the typing benchmark times the arrival.
-		time.Sleep(time.Millisecond)
-	}
+	return testkit.WaitFile(t, path, 20*time.Second, want)
 }
 
 func TestTypeIntoXterm(t *testing.T) {

@@ -9,10 +9,14 @@ usage: attach_peer.py SOCKET CAPABILITY_ID MODE
 MODE is the invoke's "attachments" ("auto" sends none), or "hangup": send
 the request and close at once, reading nothing.
 """
-import array, base64, fcntl, hashlib, json, os, socket, stat, sys
+import array, json, os, socket, sys
 
-SEALS = {"shrink": fcntl.F_SEAL_SHRINK, "grow": fcntl.F_SEAL_GROW,
-         "write": fcntl.F_SEAL_WRITE, "seal": fcntl.F_SEAL_SEAL}
+# The report of an attachment is shared with the other peer (no bytecode
+# is written beside it).
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testkit", "testdata"))
+from attachment_report import describe  # noqa: E402
+
 MAX_FDS = 32
 
 
@@ -67,33 +71,6 @@ def read_line(s):
     return buf[: buf.index(b"\n")], fds
 
 
-def describe(a, fds):
-    d = {"name": a["name"], "media_type": a["media_type"], "size": a["size"]}
-    if "fd" in a:
-        fd = fds[a["fd"]]
-        st = os.fstat(fd)
-        d["fd"] = a["fd"]
-        d["regular_file"] = stat.S_ISREG(st.st_mode)
-        d["file_size"] = st.st_size
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-        d["seals"] = sorted(k for k, v in SEALS.items() if seals & v)
-        try:
-            os.pwrite(fd, b"x", 0)
-            d["writable"] = True
-        except OSError:
-            d["writable"] = False
-        data = b""
-        while len(data) < st.st_size:
-            chunk = os.pread(fd, st.st_size - len(data), len(data))
-            if not chunk:
-                break
-            data += chunk
-    else:
-        data = base64.b64decode(a["data"])
-        d["inline"] = True
-    d["read"] = len(data)
-    d["sha256"] = hashlib.sha256(data).hexdigest()
-    return d
 
 
 if __name__ == "__main__":

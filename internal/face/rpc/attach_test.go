@@ -129,25 +129,42 @@ func TestBatchGetsAttachmentsInline(t *testing.T) {
 }
 
 // waitQueued waits until more than n bytes wait in c's receive queue
-// (SIOCINQ), reading none: the kernel tells of no such event, so it
-// polls, with a deadline.
+// (SIOCINQ), reading none. An edge-triggered epoll on the socket reports
+// each arrival even while earlier bytes sit unread, so it checks the
+// queue again on each, never on a timer.
 func waitQueued(t *testing.T, c *net.UnixConn, n int) {
 	t.Helper()
 	rc, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ep)
+	var sock int
+	rc.Control(func(fd uintptr) { sock = int(fd) })
+	// Armed before the first look: no arrival between the look and the
+	// wait goes unseen.
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, sock, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(sock)}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
+	events := make([]unix.EpollEvent, 1)
 	for {
 		var queued int
 		rc.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
 		if queued > n {
 			return
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			t.Fatalf("%d bytes queued after 10s, want more than %d", queued, n)
 		}
-		time.Sleep(time.Millisecond)
+		if _, err := unix.EpollWait(ep, events, int(left/time.Millisecond)+1); err != nil && err != unix.EINTR {
+			t.Fatal(err)
+		}
 	}
 }
 

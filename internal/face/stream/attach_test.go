@@ -31,64 +31,6 @@ import (
 	"github.com/pcp-dev/pcp/internal/unixsock"
 )
 
-// blobService is an in-process service whose capabilities return
-// attachments: "image" one of 3 MB, "huge" one over the inline limit,
-// "pair" two, "many" more than api.MaxAttachments, "none" none. It
-// counts its invocations, and tells ran of each when set.
-type blobService struct {
-	runs *atomic.Int64
-	ran  chan struct{}
-}
-
-const blobApp = "pcp.test.blob"
-
-func (blobService) AppID() string { return blobApp }
-
-func (blobService) Manifest() *api.Manifest {
-	var decls []api.CapabilityDecl
-	for _, name := range []string{"huge", "image", "many", "none", "pair"} {
-		decls = append(decls, api.CapabilityDecl{Name: name, Tier: 1, TrustLevel: api.TrustAuto, Description: "Returns attachments."})
-	}
-	return &api.Manifest{Version: "1.0", Publisher: "pcpd", Description: "Attachments for tests.", Capabilities: decls}
-}
-
-// blob is n bytes that differ from one offset to the next.
-func blob(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7+i>>9) ^ seed
-	}
-	return b
-}
-
-var (
-	imageBytes = blob(3_000_000, 1)
-	hugeBytes  = blob(api.InlineAttachmentLimit+1, 2)
-	smallBytes = blob(1000, 3)
-)
-
-func (s blobService) Invoke(_ context.Context, c *api.Capability, _ api.InvocationSource, _ json.RawMessage) (*api.CapabilityResult, error) {
-	s.runs.Add(1)
-	if s.ran != nil {
-		s.ran <- struct{}{}
-	}
-	res := &api.CapabilityResult{Status: api.StatusSuccess}
-	switch strings.TrimPrefix(c.ID, blobApp+".") {
-	case "image":
-		res.Attachments = []api.Attachment{{Name: "image", MediaType: "image/png", Data: imageBytes}}
-	case "huge":
-		res.Attachments = []api.Attachment{{Name: "raw", MediaType: "application/octet-stream", Data: hugeBytes}}
-	case "pair":
-		res.Attachments = []api.Attachment{{Name: "small", MediaType: "text/plain", Data: smallBytes}, {Name: "image", MediaType: "image/png", Data: imageBytes}}
-	case "many":
-		for i := range api.MaxAttachments + 1 {
-			res.Attachments = append(res.Attachments, api.Attachment{Name: fmt.Sprint("a", i), MediaType: "text/plain", Data: smallBytes})
-		}
-	}
-	res.Data = json.RawMessage(fmt.Sprintf(`{"attachments":%d}`, len(res.Attachments)))
-	return res, nil
-}
-
 func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // attachBroker is a broker with blobService; runs counts its
@@ -111,7 +53,7 @@ func attachBrokerRan(t testing.TB, ran chan struct{}) (b *core.Broker, runs *ato
 		t.Fatal(err)
 	}
 	runs = new(atomic.Int64)
-	if err := b.AddService(blobService{runs, ran}); err != nil {
+	if err := b.AddService(facetest.BlobService{Runs: runs, Ran: ran}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(); st.Close() })
@@ -129,30 +71,20 @@ func serve(t testing.TB, s *Server, server net.Conn) {
 	t.Cleanup(func() { server.Close(); <-done })
 }
 
-// openFDs counts this process's open descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // checkFDs fails the test if it ends with more descriptors open than it
 // started with (registered before anything it opens, so it runs last).
 func checkFDs(t *testing.T) {
 	t.Helper()
-	before := openFDs(t)
+	before := testkit.OpenFDs(t)
 	t.Cleanup(func() {
-		if after := openFDs(t); after != before {
+		if after := testkit.OpenFDs(t); after != before {
 			t.Errorf("%d descriptors open at the end, %d at the start", after, before)
 		}
 	})
 }
 
 func execReq(c string, mode string) *api.ExecuteRequest {
-	return &api.ExecuteRequest{Capability: blobApp + "." + c, Params: json.RawMessage(`{}`), Attachments: mode}
+	return &api.ExecuteRequest{Capability: facetest.BlobApp + "." + c, Params: json.RawMessage(`{}`), Attachments: mode}
 }
 
 // TestGoFramedClientReceivesAttachments: the Go framed client, on a Unix
@@ -171,11 +103,11 @@ func TestGoFramedClientReceivesAttachments(t *testing.T) {
 		cap, mode string
 		want      []api.Attachment
 	}{
-		{"image", "", []api.Attachment{{Name: "image", MediaType: "image/png", Data: imageBytes}}},
-		{"pair", api.AttachmentsFD, []api.Attachment{{Name: "small", MediaType: "text/plain", Data: smallBytes}, {Name: "image", MediaType: "image/png", Data: imageBytes}}},
-		{"pair", api.AttachmentsInline, []api.Attachment{{Name: "small", MediaType: "text/plain", Data: smallBytes}, {Name: "image", MediaType: "image/png", Data: imageBytes}}},
+		{"image", "", []api.Attachment{{Name: "image", MediaType: "image/png", Data: facetest.ImageBytes}}},
+		{"pair", api.AttachmentsFD, []api.Attachment{{Name: "small", MediaType: "text/plain", Data: facetest.SmallBytes}, {Name: "image", MediaType: "image/png", Data: facetest.ImageBytes}}},
+		{"pair", api.AttachmentsInline, []api.Attachment{{Name: "small", MediaType: "text/plain", Data: facetest.SmallBytes}, {Name: "image", MediaType: "image/png", Data: facetest.ImageBytes}}},
 		{"none", "", nil},
-		{"huge", "", []api.Attachment{{Name: "raw", MediaType: "application/octet-stream", Data: hugeBytes}}},
+		{"huge", "", []api.Attachment{{Name: "raw", MediaType: "application/octet-stream", Data: facetest.HugeBytes}}},
 	} {
 		res, err := fc.ExecuteRequest(ctx, execReq(c.cap, c.mode))
 		if err != nil {
@@ -234,11 +166,11 @@ func TestAttachmentsWireShape(t *testing.T) {
 	if _, err := io.ReadFull(cc, payload); err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf(`{"result":{"status":"success","data":{"attachments":2},"attachments":[{"name":"small","media_type":"text/plain","size":%d,"fd":0},{"name":"image","media_type":"image/png","size":%d,"fd":1}]}}`, len(smallBytes), len(imageBytes))
+	want := fmt.Sprintf(`{"result":{"status":"success","data":{"attachments":2},"attachments":[{"name":"small","media_type":"text/plain","size":%d,"fd":0},{"name":"image","media_type":"image/png","size":%d,"fd":1}]}}`, len(facetest.SmallBytes), len(facetest.ImageBytes))
 	if string(payload) != want {
 		t.Fatalf("payload\n%s\nwant\n%s", payload, want)
 	}
-	for i, size := range []int{len(smallBytes), len(imageBytes)} {
+	for i, size := range []int{len(facetest.SmallBytes), len(facetest.ImageBytes)} {
 		var st unix.Stat_t
 		if err := unix.Fstat(fds[i], &st); err != nil {
 			t.Fatal(err)
@@ -283,9 +215,9 @@ func TestAttachmentsRefusals(t *testing.T) {
 		{"unknown mode", fc, execReq("image", "base64"), api.CodeInvalidParams, map[string]any{"field": "attachments"}, 0},
 		{"fd where none can pass", pipe, execReq("image", api.AttachmentsFD), api.CodeInvalidParams, map[string]any{"field": "attachments"}, 0},
 		{"over the inline limit", fc, execReq("huge", api.AttachmentsInline), api.CodeInvalidParams,
-			map[string]any{"field": "attachments", "limit": float64(api.InlineAttachmentLimit), "size": float64(len(hugeBytes))}, 1},
+			map[string]any{"field": "attachments", "limit": float64(api.InlineAttachmentLimit), "size": float64(len(facetest.HugeBytes))}, 1},
 		{"over the inline limit where none can pass", pipe, execReq("huge", ""), api.CodeInvalidParams,
-			map[string]any{"field": "attachments", "limit": float64(api.InlineAttachmentLimit), "size": float64(len(hugeBytes))}, 1},
+			map[string]any{"field": "attachments", "limit": float64(api.InlineAttachmentLimit), "size": float64(len(facetest.HugeBytes))}, 1},
 		{"too many", fc, execReq("many", ""), api.CodeInternalError, map[string]any{"limit": float64(api.MaxAttachments), "count": float64(api.MaxAttachments + 1)}, 1},
 	} {
 		before := runs.Load()
@@ -309,7 +241,7 @@ func TestAttachmentsRefusals(t *testing.T) {
 	}
 	// Auto where none can pass: inline.
 	res, err := pipe.ExecuteRequest(ctx, execReq("image", ""))
-	if err != nil || len(res.Attachments) != 1 || sum(res.Attachments[0].Data) != sum(imageBytes) {
+	if err != nil || len(res.Attachments) != 1 || sum(res.Attachments[0].Data) != sum(facetest.ImageBytes) {
 		t.Fatalf("auto on a pipe: %v, %+v", err, res)
 	}
 }
@@ -336,7 +268,7 @@ func TestClientWithoutRecvmsgLosesDescriptors(t *testing.T) {
 		t.Fatalf("ExecuteRequest read without recvmsg: %v, want INTERNAL_ERROR: descriptor did not arrive", err)
 	}
 	res, err := fc.ExecuteRequest(ctx, execReq("image", api.AttachmentsInline))
-	if err != nil || sum(res.Attachments[0].Data) != sum(imageBytes) {
+	if err != nil || sum(res.Attachments[0].Data) != sum(facetest.ImageBytes) {
 		t.Fatalf("inline after: %v", err)
 	}
 }
@@ -481,7 +413,7 @@ func TestPythonPeerReadsAttachments(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, python, filepath.Join("testdata", "framed_attach_peer.py"), sock, blobApp+"."+capability, mode).Output()
+		out, err := exec.CommandContext(ctx, python, filepath.Join("testdata", "framed_attach_peer.py"), sock, facetest.BlobApp+"."+capability, mode).Output()
 		if err != nil {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
@@ -507,10 +439,10 @@ func TestPythonPeerReadsAttachments(t *testing.T) {
 		cap, mode string
 		want      peerReport
 	}{
-		{"image", "auto", peerReport{Tag: 4, FDs: 1, Status: "success", Attachments: []peerAttachment{passed("image", "image/png", imageBytes, 0)}}},
-		{"pair", "fd", peerReport{Tag: 4, FDs: 2, Status: "success", Attachments: []peerAttachment{passed("small", "text/plain", smallBytes, 0), passed("image", "image/png", imageBytes, 1)}}},
-		{"pair", "inline", peerReport{Tag: 4, FDs: 0, Status: "success", Attachments: []peerAttachment{inline("small", "text/plain", smallBytes), inline("image", "image/png", imageBytes)}}},
-		{"huge", "auto", peerReport{Tag: 4, FDs: 1, Status: "success", Attachments: []peerAttachment{passed("raw", "application/octet-stream", hugeBytes, 0)}}},
+		{"image", "auto", peerReport{Tag: 4, FDs: 1, Status: "success", Attachments: []peerAttachment{passed("image", "image/png", facetest.ImageBytes, 0)}}},
+		{"pair", "fd", peerReport{Tag: 4, FDs: 2, Status: "success", Attachments: []peerAttachment{passed("small", "text/plain", facetest.SmallBytes, 0), passed("image", "image/png", facetest.ImageBytes, 1)}}},
+		{"pair", "inline", peerReport{Tag: 4, FDs: 0, Status: "success", Attachments: []peerAttachment{inline("small", "text/plain", facetest.SmallBytes), inline("image", "image/png", facetest.ImageBytes)}}},
+		{"huge", "auto", peerReport{Tag: 4, FDs: 1, Status: "success", Attachments: []peerAttachment{passed("raw", "application/octet-stream", facetest.HugeBytes, 0)}}},
 	} {
 		if diff := cmp.Diff(c.want, run(c.cap, c.mode)); diff != "" {
 			t.Errorf("%s %s (-want +got):\n%s", c.cap, c.mode, diff)

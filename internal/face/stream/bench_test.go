@@ -52,11 +52,11 @@ func BenchmarkAttachment3MB(b *testing.B) {
 			fc := framed(b)
 			ctx := context.Background()
 			if capability != "none" {
-				b.SetBytes(int64(len(imageBytes)))
+				b.SetBytes(int64(len(facetest.ImageBytes)))
 			}
 			for b.Loop() {
 				res, err := fc.ExecuteRequest(ctx, execReq(capability, mode))
-				if err != nil || (capability != "none" && len(res.Attachments[0].Data) != len(imageBytes)) {
+				if err != nil || (capability != "none" && len(res.Attachments[0].Data) != len(facetest.ImageBytes)) {
 					b.Fatalf("%v %+v", err, res)
 				}
 			}
@@ -72,11 +72,11 @@ func BenchmarkAttachment3MB(b *testing.B) {
 		cl := client.New(cc, client.Options{})
 		b.Cleanup(func() { cl.Close(); sc.Close(); <-done })
 		ctx := context.Background()
-		p := &api.InvokeCapabilityParams{CapabilityID: blobApp + ".image", AppID: blobApp, Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{}`)}
-		b.SetBytes(int64(len(imageBytes)))
+		p := &api.InvokeCapabilityParams{CapabilityID: facetest.BlobApp + ".image", AppID: facetest.BlobApp, Source: api.SourceSystemIntelligence, Params: json.RawMessage(`{}`)}
+		b.SetBytes(int64(len(facetest.ImageBytes)))
 		for b.Loop() {
 			res, err := cl.InvokeCapability(ctx, p)
-			if err != nil || len(res.Attachments[0].Data) != len(imageBytes) {
+			if err != nil || len(res.Attachments[0].Data) != len(facetest.ImageBytes) {
 				b.Fatalf("%v %+v", err, res)
 			}
 		}

@@ -8,10 +8,14 @@ seals and SHA-256, read from the memfd that came with the reply frame
 usage: framed_attach_peer.py SOCKET CAPABILITY_ID MODE
 MODE is the request's "attachments" ("auto" sends none).
 """
-import array, base64, fcntl, hashlib, json, os, socket, stat, struct, sys
+import array, json, os, socket, struct, sys
 
-SEALS = {"shrink": fcntl.F_SEAL_SHRINK, "grow": fcntl.F_SEAL_GROW,
-         "write": fcntl.F_SEAL_WRITE, "seal": fcntl.F_SEAL_SEAL}
+# The report of an attachment is shared with the other peer (no bytecode
+# is written beside it).
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "testkit", "testdata"))
+from attachment_report import describe  # noqa: E402
+
 MAX_FDS = 32
 EXECUTE_REQUEST, EXECUTE_RESPONSE, PUSH_EVENT, ERROR_RESPONSE = 3, 4, 16, 17
 
@@ -85,33 +89,6 @@ def main():
     print(json.dumps(out))
 
 
-def describe(a, fds):
-    d = {"name": a["name"], "media_type": a["media_type"], "size": a["size"]}
-    if "fd" in a:
-        fd = fds[a["fd"]]
-        st = os.fstat(fd)
-        d["fd"] = a["fd"]
-        d["regular_file"] = stat.S_ISREG(st.st_mode)
-        d["file_size"] = st.st_size
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-        d["seals"] = sorted(k for k, v in SEALS.items() if seals & v)
-        try:
-            os.pwrite(fd, b"x", 0)
-            d["writable"] = True
-        except OSError:
-            d["writable"] = False
-        data = b""
-        while len(data) < st.st_size:
-            chunk = os.pread(fd, st.st_size - len(data), len(data))
-            if not chunk:
-                break
-            data += chunk
-    else:
-        data = base64.b64decode(a["data"])
-        d["inline"] = True
-    d["read"] = len(data)
-    d["sha256"] = hashlib.sha256(data).hexdigest()
-    return d
 
 
 if __name__ == "__main__":
