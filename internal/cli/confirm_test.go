@@ -280,28 +280,33 @@ func TestInvokeWait(t *testing.T) {
 		stdout, stderr string
 		err            error
 	}
+	user, err := client.Dial(ctx, d.control, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer user.Close()
+	if _, err := user.Subscribe(ctx, &api.SubscribeEventsParams{EventTypes: []string{api.EventConfirmationRequested}}); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan outcome, 1)
 	go func() {
 		o, e, err := d.run(t, "invoke", "--wait", "org.example.mail.ping")
 		done <- outcome{o, e, err}
 	}()
 	var id string
-	deadline := time.Now().Add(10 * time.Second)
-	for id == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("no pending confirmation appeared")
+	select {
+	case n := <-user.Notifications():
+		var asked struct {
+			ConfirmationID string `json:"confirmation_id"`
 		}
-		var list api.ConfirmListResult
-		out := d.mustRun(t, "--json", "confirm")
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			t.Fatal(err)
+		if err := json.Unmarshal(n.Params, &asked); err != nil || asked.ConfirmationID == "" {
+			t.Fatalf("%s: %s (%v)", n.Method, n.Params, err)
 		}
-		for _, c := range list.Confirmations {
-			if c.State == api.ConfirmPending {
-				id = c.ConfirmationID
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+		id = asked.ConfirmationID
+	case o := <-done:
+		t.Fatalf("invoke --wait ended before the user decided: %v\n%s", o.err, o.stderr)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no confirmation was asked")
 	}
 	d.mustRun(t, "confirm", "approve", id)
 	select {
